@@ -1,0 +1,97 @@
+"""Producer-side fix: NVFP4 artifacts with 0-D global scales and ``format_version`` 2.
+
+While applied, every llm-compressor / compressed-tensors save path writes
+``*.weight_global_scale`` and ``*.input_global_scale`` as 0-D float32 (values
+unchanged) and ``config.json`` declares ``quantization_config.format_version
+= 2``. In-memory parameters keep shape (1,); loading follows the marker, so
+legacy and format-2 artifacts both load and decompress bit-identically.
+
+    import compressed_tensors_patch
+
+    with compressed_tensors_patch.applied():
+        oneshot(model=model, recipe=recipe, output_dir="out")
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+
+from compressed_tensors_patch.scales import GlobalScaleShapeError
+from compressed_tensors_patch.versions import SUPPORTED_VERSIONS, check_installed
+from compressed_tensors_patch.wrappers import (
+    wrap_compress,
+    wrap_compress_model,
+    wrap_config_init,
+    wrap_config_to_dict,
+    wrap_decompress,
+    wrap_from_compression_config,
+    wrap_update_config,
+)
+from scalar_scales.checkpoint import SCALAR_FORMAT_VERSION
+from scalar_scales.patching import Patch, PatchSet, UnsupportedUpstreamError
+
+__all__ = [
+    "FORMAT_VERSION",
+    "SUPPORTED_VERSIONS",
+    "GlobalScaleShapeError",
+    "UnsupportedUpstreamError",
+    "applied",
+    "apply",
+    "is_applied",
+    "revert",
+]
+
+FORMAT_VERSION = SCALAR_FORMAT_VERSION
+
+_NVFP4 = "compressed_tensors.compressors.nvfp4.base.NVFP4PackedCompressor"
+_MODEL_COMPRESSOR = "compressed_tensors.compressors.model_compressors.model_compressor.ModelCompressor"
+_HF_CONFIG = "transformers.utils.quantization_config.CompressedTensorsConfig"
+
+_PATCHES = PatchSet(
+    "compressed_tensors_patch",
+    [
+        Patch(_NVFP4, "compress", wrap_compress, "write global scales 0-D"),
+        Patch(_NVFP4, "decompress", wrap_decompress, "decompress with (1,) scales: in-memory shape, pinned dtype"),
+        Patch(_MODEL_COMPRESSOR, "compress_model", wrap_compress_model, "validate scales; pick layout per compressor"),
+        Patch(
+            _MODEL_COMPRESSOR,
+            "from_compression_config",
+            wrap_from_compression_config,
+            "a loading compressor builds its skeleton in the checkpoint's layout",
+        ),
+        Patch(_MODEL_COMPRESSOR, "update_config", wrap_update_config, "declare format_version from the shards"),
+        Patch(_HF_CONFIG, "__init__", wrap_config_init, "keep format_version from config.json"),
+        Patch(_HF_CONFIG, "to_dict", wrap_config_to_dict, "write format_version back on re-save"),
+        Patch(
+            "llmcompressor.entrypoints.model_free",
+            "update_config",
+            wrap_update_config,
+            "declare format_version after model_free_ptq",
+            requires="llmcompressor",
+        ),
+    ],
+    check=check_installed,
+)
+
+
+def apply() -> None:
+    """Patch compressed-tensors (and llm-compressor's model-free path) in this process.
+
+    Idempotent. Raises :class:`UnsupportedUpstreamError`, with nothing
+    patched, on a compressed-tensors release we have not read.
+    """
+    _PATCHES.apply()
+
+
+def revert() -> None:
+    """Restore every original function exactly; a no-op when not applied."""
+    _PATCHES.revert()
+
+
+def is_applied() -> bool:
+    return _PATCHES.is_applied()
+
+
+def applied() -> AbstractContextManager[None]:
+    """Apply for the duration of a ``with`` block; revert on exit unless it was applied before."""
+    return _PATCHES.applied()

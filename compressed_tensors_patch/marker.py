@@ -1,0 +1,61 @@
+"""The ``quantization_config.format_version`` marker, derived from what is on disk.
+
+Every writer we patch (llm-compressor's ``save_pretrained`` wrapper through
+``ModelCompressor.update_config``, and its model-free path) finishes by writing
+``config.json``. Right after, we read the headers of the shards it just wrote
+and declare format 2 only if every global scale there is 0-D. The marker is
+derived from the files, never remembered, so it cannot disagree with them: a
+model that was already compressed in memory before the patch was applied is
+written as legacy and declared legacy.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from scalar_scales.checkpoint import (
+    CONFIG_NAME,
+    FORMAT_VERSION_KEY,
+    SCALAR_FORMAT_VERSION,
+    checkpoint_files,
+    is_global_scale,
+    read_config,
+    write_json_atomically,
+)
+from scalar_scales.safetensors_header import read_header
+
+__all__ = ["stamp_format_version", "written_format_version"]
+
+
+def written_format_version(save_directory: str | os.PathLike[str]) -> int | None:
+    """2 if the shards hold global scales and all are 0-D, None (legacy or none) otherwise."""
+    shapes = [
+        entry.shape
+        for shard in checkpoint_files(save_directory)
+        for entry in read_header(shard).tensors.values()
+        if is_global_scale(entry.name)
+    ]
+    if shapes and all(shape == () for shape in shapes):
+        return SCALAR_FORMAT_VERSION
+    return None
+
+
+def stamp_format_version(save_directory: str | os.PathLike[str]) -> None:
+    """Make ``config.json`` declare the scale layout its shards have; leave it untouched otherwise.
+
+    The rewrite is atomic but not fsynced: it follows the writer's own plain,
+    unsynced write of the same file, so syncing ours would add no guarantee.
+    """
+    config = read_config(save_directory)
+    quantization_config = (config or {}).get("quantization_config")
+    if not isinstance(quantization_config, dict):
+        return
+    version = written_format_version(save_directory)
+    if quantization_config.get(FORMAT_VERSION_KEY) == version:
+        return
+    if version is None:
+        del quantization_config[FORMAT_VERSION_KEY]
+    else:
+        quantization_config[FORMAT_VERSION_KEY] = version
+    write_json_atomically(Path(save_directory) / CONFIG_NAME, config, durable=False)

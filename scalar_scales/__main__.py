@@ -1,0 +1,5 @@
+import sys
+
+from scalar_scales.cli import main
+
+sys.exit(main())

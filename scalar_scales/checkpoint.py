@@ -1,0 +1,133 @@
+"""Find the safetensors shards of a checkpoint and read its scale-format marker.
+
+A checkpoint is a folder with ``model.safetensors.index.json``, a folder with
+one ``model.safetensors``, or a single ``.safetensors`` file. The marker is
+``config.json``'s ``quantization_config.format_version``: 2 means 0-D global
+scales, a missing key means legacy (1,), which we call version 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from scalar_scales.safetensors_header import CheckpointError, SafetensorsHeader, read_header
+
+__all__ = [
+    "CONFIG_NAME",
+    "FORMAT_VERSION_KEY",
+    "GLOBAL_SCALE_SUFFIX",
+    "INDEX_NAME",
+    "LEGACY_FORMAT_VERSION",
+    "SCALAR_FORMAT_VERSION",
+    "SINGLE_FILE_NAME",
+    "checkpoint_files",
+    "format_version",
+    "is_global_scale",
+    "read_config",
+    "read_headers",
+    "read_tensor_bytes",
+    "write_json_atomically",
+]
+
+CONFIG_NAME = "config.json"
+INDEX_NAME = "model.safetensors.index.json"
+SINGLE_FILE_NAME = "model.safetensors"
+FORMAT_VERSION_KEY = "format_version"
+SCALAR_FORMAT_VERSION = 2
+LEGACY_FORMAT_VERSION = 1
+GLOBAL_SCALE_SUFFIX = "_global_scale"
+
+
+def is_global_scale(tensor_name: str) -> bool:
+    """NVFP4's per-tensor scales: ``*.weight_global_scale`` and ``*.input_global_scale``."""
+    return tensor_name.endswith(GLOBAL_SCALE_SUFFIX)
+
+
+def checkpoint_files(path: str | os.PathLike[str]) -> list[Path]:
+    """The shards of the checkpoint at ``path``, in a stable order."""
+    path = Path(path)
+    if path.is_file():
+        if path.suffix != ".safetensors":
+            raise CheckpointError(path, "not a .safetensors file")
+        return [path]
+    if not path.is_dir():
+        raise CheckpointError(path, "no such file or folder")
+    index = path / INDEX_NAME
+    if index.is_file():
+        weight_map = _read_json_object(index).get("weight_map")
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise CheckpointError(index, "weight_map is missing or not an object of file names")
+        shards = [path / name for name in sorted(set(weight_map.values()))]
+        for shard in shards:
+            if not shard.exists():
+                raise CheckpointError(shard, f"named in {INDEX_NAME} but missing")
+        return shards
+    single = path / SINGLE_FILE_NAME
+    if single.is_file():
+        return [single]
+    raise CheckpointError(path, f"holds neither {INDEX_NAME} nor {SINGLE_FILE_NAME}")
+
+
+def read_headers(path: str | os.PathLike[str]) -> list[SafetensorsHeader]:
+    """The validated header of every shard of the checkpoint at ``path``."""
+    return [read_header(shard) for shard in checkpoint_files(path)]
+
+
+def read_tensor_bytes(path: str | os.PathLike[str]) -> dict[str, bytes]:
+    """Every tensor's raw data bytes, by name: for comparing artifacts exactly."""
+    out: dict[str, bytes] = {}
+    for header in read_headers(path):
+        data = header.path.read_bytes()[header.data_start :]
+        out.update({name: data[e.begin : e.end] for name, e in header.tensors.items()})
+    return out
+
+
+def read_config(folder: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """``config.json`` of the checkpoint folder, or None where there is none."""
+    config = Path(folder) / CONFIG_NAME
+    return _read_json_object(config) if config.is_file() else None
+
+
+def format_version(config: dict[str, Any] | None) -> int:
+    """The scale-format version a config declares; legacy when it declares none."""
+    quantization_config = (config or {}).get("quantization_config") or {}
+    return int(quantization_config.get(FORMAT_VERSION_KEY, LEGACY_FORMAT_VERSION))
+
+
+def write_json_atomically(path: str | os.PathLike[str], document: dict[str, Any], *, durable: bool = True) -> None:
+    """Write ``document`` next to ``path``, then rename it over ``path``.
+
+    A reader sees the old file or the new one, never a torn one. With
+    ``durable``, the file and its folder are fsynced, so the new file also
+    survives a power loss. The layout (indent 2, sorted keys) is the one
+    compressed-tensors writes.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.scalar-scales.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(json.dumps(document, indent=2, sort_keys=True))
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
+    os.replace(tmp, path)
+    if durable:
+        directory = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+
+
+def _read_json_object(path: Path) -> dict[str, Any]:
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CheckpointError(path, f"cannot read: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(path, f"not valid JSON ({exc})") from None
+    if not isinstance(document, dict):
+        raise CheckpointError(path, "not a JSON object")
+    return document

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Build, once, and cache the virtual environments the tests run in; print where they are.
+#
+#   scripts/envs.sh producer          torch 2.13.0 (CPU wheel) + llmcompressor 0.14.0.1 (compressed-tensors 0.19.0)
+#   scripts/envs.sh producer-ct020    the same, with compressed-tensors 0.20.0 installed over it --no-deps
+#
+# Each also holds overlays/compressed-tensors-0.17.0, a release the producer patch must refuse.
+#
+# An environment is reused while the spec it was built from is unchanged (the spec is
+# stored inside it, written last, so an interrupted build is rebuilt). The project
+# itself is reinstalled (editable, no deps) on every call, because the checkout that
+# uses the cache may be a different clone.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+VENVS=${SCALAR_SCALES_VENVS:-$HOME/.cache/scalar-scales/venvs}
+PYTHON=${PYTHON:-python3.11}
+
+# torch first and pinned: any looser request lets pip pull a multi-GB CUDA build.
+TORCH_PIN="torch==2.13.0"
+TOOLS="pytest==9.2.0 hypothesis==6.170.17 ruff==0.17.6"
+PRODUCER_SPEC="$TORCH_PIN llmcompressor==0.14.0.1 $TOOLS"
+CT020_SPEC="compressed-tensors==0.20.0"
+
+log() { echo "envs: $*" >&2; }
+
+pip_in() {
+  local env=$1; shift
+  PIP_DISABLE_PIP_VERSION_CHECK=1 "$VENVS/$env/bin/python" -m pip install --quiet --progress-bar off "$@" \
+    2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+}
+
+is_current() { [[ -f "$VENVS/$1/.scalar-scales-spec" && "$(cat "$VENVS/$1/.scalar-scales-spec")" == "$2" ]]; }
+
+build_producer() {
+  local spec="$PRODUCER_SPEC"
+  is_current producer "$spec" && return
+  log "building producer ($spec); takes a few minutes once"
+  rm -rf "$VENVS/producer"
+  mkdir -p "$VENVS"
+  "$PYTHON" -m venv "$VENVS/producer"
+  pip_in producer "$TORCH_PIN"
+  printf '%s\n' "$TORCH_PIN" > "$VENVS/producer/.torch-constraint"
+  pip_in producer -c "$VENVS/producer/.torch-constraint" llmcompressor==0.14.0.1 $TOOLS
+  printf '%s' "$spec" > "$VENVS/producer/.scalar-scales-spec"
+}
+
+build_producer_ct020() {
+  build_producer
+  local spec="$PRODUCER_SPEC + $CT020_SPEC"
+  is_current producer-ct020 "$spec" && return
+  log "building producer-ct020 (producer + $CT020_SPEC --no-deps)"
+  rm -rf "$VENVS/producer-ct020"
+  cp -a "$VENVS/producer" "$VENVS/producer-ct020"
+  rm -f "$VENVS/producer-ct020/.scalar-scales-spec"
+  pip_in producer-ct020 --no-deps "$CT020_SPEC"
+  printf '%s' "$spec" > "$VENVS/producer-ct020/.scalar-scales-spec"
+}
+
+# A real release the producer patch must refuse (vLLM's pin), kept beside the environment
+# and put first on PYTHONPATH by the test that checks the refusal.
+ensure_unsupported_overlay() {
+  local target="$VENVS/$1/overlays/compressed-tensors-0.17.0"
+  [[ -d "$target/compressed_tensors" ]] && return
+  rm -rf "$target"
+  pip_in "$1" --no-deps --target "$target" compressed-tensors==0.17.0
+}
+
+install_project() {
+  pip_in "$1" --no-deps --no-build-isolation -e "$ROOT"
+}
+
+for env in "$@"; do
+  case "$env" in
+    producer) build_producer ;;
+    producer-ct020) build_producer_ct020 ;;
+    *) echo "envs: unknown environment '$env' (known: producer, producer-ct020)" >&2; exit 2 ;;
+  esac
+  ensure_unsupported_overlay "$env"
+  install_project "$env"
+  echo "$VENVS/$env"
+done

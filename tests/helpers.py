@@ -1,0 +1,23 @@
+"""Test helpers that read artifacts through the project's own torch-free header reader."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from scalar_scales.checkpoint import is_global_scale, read_headers
+from scalar_scales.checkpoint import read_tensor_bytes as tensor_bytes  # noqa: F401  (re-exported for tests)
+from scalar_scales.safetensors_header import TensorEntry
+
+
+def tensor_entries(checkpoint: Path) -> dict[str, TensorEntry]:
+    return {name: entry for header in read_headers(checkpoint) for name, entry in header.tensors.items()}
+
+
+def global_scale_shapes(checkpoint: Path) -> set[tuple[int, ...]]:
+    return {e.shape for name, e in tensor_entries(checkpoint).items() if is_global_scale(name)}
+
+
+def quantization_config(checkpoint: Path) -> dict[str, Any]:
+    return json.loads((checkpoint / "config.json").read_text())["quantization_config"]

@@ -1,0 +1,99 @@
+"""Fixtures that quantize the toy MoE with real llm-compressor, once per session.
+
+Artifacts are built on first request and cached by (scheme, patched, save
+path). Two quantizations of the same bf16 checkpoint with the same data are
+deterministic on the CPU, which the tests rely on (and check, through the
+byte-identity assertions).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("llmcompressor", reason="producer tests run in the producer environments")
+
+import torch  # noqa: E402
+from llmcompressor import oneshot  # noqa: E402
+from llmcompressor.entrypoints.model_free import model_free_ptq  # noqa: E402
+from transformers import AutoModelForCausalLM  # noqa: E402
+
+import compressed_tensors_patch  # noqa: E402
+from scalar_scales import toy_moe  # noqa: E402
+
+SAVE_PATHS = ("save_pretrained", "output_dir", "model_free")
+Quantize = Callable[..., Path]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        item.add_marker(pytest.mark.producer)
+
+
+@pytest.fixture(autouse=True)
+def _unpatched_between_tests():
+    """Every test starts and ends with compressed-tensors unpatched."""
+    compressed_tensors_patch.revert()
+    yield
+    compressed_tensors_patch.revert()
+
+
+@pytest.fixture(scope="session")
+def bf16_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return toy_moe.build_toy_checkpoint(tmp_path_factory.mktemp("toy") / "bf16")
+
+
+def load_bf16(bf16_dir: Path) -> torch.nn.Module:
+    return AutoModelForCausalLM.from_pretrained(bf16_dir, dtype=torch.bfloat16)
+
+
+def quantize_to(bf16_dir: Path, out: Path, scheme: str, *, patched: bool, save_path: str) -> Path:
+    """Quantize the toy model with ``scheme`` and write it through ``save_path``."""
+    patch = compressed_tensors_patch.applied() if patched else contextlib.nullcontext()
+    with patch:
+        if save_path == "model_free":
+            model_free_ptq(bf16_dir, out, scheme=scheme, ignore=["lm_head", "re:.*mlp.gate$"], device="cpu")
+            return out
+        model = load_bf16(bf16_dir)
+        if save_path == "output_dir":
+            oneshot(model=model, output_dir=str(out), **toy_moe.oneshot_kwargs(scheme))
+        else:
+            oneshot(model=model, **toy_moe.oneshot_kwargs(scheme))
+            model.save_pretrained(out, save_compressed=True)
+    return out
+
+
+@pytest.fixture(scope="session")
+def artifact(bf16_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Quantize:
+    """``artifact(scheme, patched=..., save_path=...)``: a cached quantized checkpoint folder."""
+    cache: dict[tuple[str, bool, str], Path] = {}
+    root = tmp_path_factory.mktemp("artifacts")
+
+    def get(scheme: str, *, patched: bool, save_path: str = "save_pretrained") -> Path:
+        key = (scheme, patched, save_path)
+        if key not in cache:
+            out = root / f"{scheme}-{'format2' if patched else 'legacy'}-{save_path}"
+            was_applied = compressed_tensors_patch.is_applied()
+            compressed_tensors_patch.revert()
+            try:
+                cache[key] = quantize_to(bf16_dir, out, scheme, patched=patched, save_path=save_path)
+            finally:
+                if was_applied:
+                    compressed_tensors_patch.apply()
+        return cache[key]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def prompt_ids() -> torch.Tensor:
+    return torch.randint(0, toy_moe.VOCAB_SIZE, (2, 16), generator=torch.Generator().manual_seed(1))
+
+
+@pytest.fixture(scope="session")
+def bf16_logits(bf16_dir: Path, prompt_ids: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return load_bf16(bf16_dir)(prompt_ids).logits.float()

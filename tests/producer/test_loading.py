@@ -1,0 +1,62 @@
+"""3d: transformers + compressed-tensors load both layouts; the patched stack decompresses them identically."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import compressed_tensors_patch
+from scalar_scales import toy_moe
+
+SCHEMES = toy_moe.SCHEMES
+MIN_COSINE = 0.95
+
+
+def load_and_run(path, prompt_ids, *, patched: bool) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Decompressed parameters (after the first forward) and logits of a checkpoint."""
+    compressed_tensors_patch.apply() if patched else compressed_tensors_patch.revert()
+    try:
+        model = toy_moe.load_reference(path)
+        with torch.no_grad():
+            logits = model(prompt_ids).logits.float()
+    finally:
+        compressed_tensors_patch.revert()
+    return {name: p.detach() for name, p in model.named_parameters()}, logits
+
+
+def differing(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> list[str]:
+    assert a.keys() == b.keys()
+    return [n for n in a if a[n].dtype != b[n].dtype or not torch.equal(a[n].reshape(-1), b[n].reshape(-1))]
+
+
+def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    return torch.nn.functional.cosine_similarity(a.flatten(), b.flatten(), dim=0).item()
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_patched_stack_decompresses_legacy_and_format2_bit_identically(artifact, prompt_ids, scheme):
+    legacy, _ = load_and_run(artifact(scheme, patched=False), prompt_ids, patched=True)
+    scalar, _ = load_and_run(artifact(scheme, patched=True), prompt_ids, patched=True)
+    assert differing(legacy, scalar) == []
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("patched_artifact", [False, True], ids=["legacy", "format2"])
+def test_patched_stack_logits_match_bf16(artifact, prompt_ids, bf16_logits, scheme, patched_artifact):
+    _, logits = load_and_run(artifact(scheme, patched=patched_artifact), prompt_ids, patched=True)
+    assert cosine(logits, bf16_logits) >= MIN_COSINE
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_unpatched_stack_loads_format2_but_decompresses_differently(artifact, prompt_ids, bf16_logits, scheme):
+    """What an unpatched stack does with format 2 (recorded in docs/compatibility.md).
+
+    It loads and runs, with 0-D scales in memory; a 0-D float32 global scale
+    leaves `scale / global_scale` in bf16 where (1,) promotes to float32, so
+    decompressed weights differ from the legacy artifact's.
+    """
+    legacy, _ = load_and_run(artifact(scheme, patched=False), prompt_ids, patched=False)
+    scalar, logits = load_and_run(artifact(scheme, patched=True), prompt_ids, patched=False)
+    assert cosine(logits, bf16_logits) >= MIN_COSINE
+    assert {tuple(t.shape) for n, t in scalar.items() if n.endswith("weight_global_scale")} == {()}
+    assert [n for n in differing(legacy, scalar) if n.endswith(".weight")] != []
