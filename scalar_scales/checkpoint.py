@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from scalar_scales.safetensors_header import CheckpointError, SafetensorsHeader, read_header
 
 __all__ = [
+    "Checkpoint",
     "CONFIG_NAME",
     "FORMAT_VERSION_KEY",
     "GLOBAL_SCALE_SUFFIX",
@@ -29,6 +32,7 @@ __all__ = [
     "read_config",
     "read_headers",
     "read_tensor_bytes",
+    "resolve_checkpoint",
     "write_json_atomically",
 ]
 
@@ -46,6 +50,27 @@ def is_global_scale(tensor_name: str) -> bool:
     return tensor_name.endswith(GLOBAL_SCALE_SUFFIX)
 
 
+@dataclass(frozen=True)
+class Checkpoint:
+    """What a user pointed at: its shards, and its config when it is a folder."""
+
+    root: Path
+    files: tuple[Path, ...]
+    config: Path | None
+
+    @property
+    def is_folder(self) -> bool:
+        return self.root.is_dir()
+
+
+def resolve_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
+    """A folder (index or single ``model.safetensors``) or a single ``.safetensors`` file."""
+    root = Path(path)
+    files = tuple(checkpoint_files(root))
+    config = root / CONFIG_NAME if root.is_dir() and (root / CONFIG_NAME).is_file() else None
+    return Checkpoint(root=root, files=files, config=config)
+
+
 def checkpoint_files(path: str | os.PathLike[str]) -> list[Path]:
     """The shards of the checkpoint at ``path``, in a stable order."""
     path = Path(path)
@@ -57,10 +82,7 @@ def checkpoint_files(path: str | os.PathLike[str]) -> list[Path]:
         raise CheckpointError(path, "no such file or folder")
     index = path / INDEX_NAME
     if index.is_file():
-        weight_map = _read_json_object(index).get("weight_map")
-        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-            raise CheckpointError(index, "weight_map is missing or not an object of file names")
-        shards = [path / name for name in sorted(set(weight_map.values()))]
+        shards = [path / name for name in sorted(_shard_names(index))]
         for shard in shards:
             if not shard.exists():
                 raise CheckpointError(shard, f"named in {INDEX_NAME} but missing")
@@ -83,6 +105,34 @@ def read_tensor_bytes(path: str | os.PathLike[str]) -> dict[str, bytes]:
         data = header.path.read_bytes()[header.data_start :]
         out.update({name: data[e.begin : e.end] for name, e in header.tensors.items()})
     return out
+
+
+_WEIGHT_MAP_FILE = re.compile(rb'":\s*"([^"\\]*\.safetensors)"')
+
+
+def _shard_names(index: Path) -> set[str]:
+    """The file names an index's ``weight_map`` points to.
+
+    The index of a large MoE maps hundreds of thousands of tensors. Where the
+    file has no escape sequences, every ``"...": "X.safetensors"`` pair is a
+    weight_map entry, and finding them is about twice as fast as ``json``;
+    anything else is read with ``json``.
+    """
+    try:
+        data = index.read_bytes()
+    except OSError as exc:
+        raise CheckpointError(index, f"cannot read: {exc.strerror}") from None
+    if b"\\" not in data and b'"weight_map"' in data:
+        try:
+            names = {name.decode("utf-8") for name in set(_WEIGHT_MAP_FILE.findall(data))}
+        except UnicodeDecodeError:
+            names = set()
+        if names:
+            return names
+    weight_map = _read_json_object(index).get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map or not all(isinstance(v, str) for v in weight_map.values()):
+        raise CheckpointError(index, "weight_map is missing or not an object of file names")
+    return set(weight_map.values())
 
 
 def read_config(folder: str | os.PathLike[str]) -> dict[str, Any] | None:

@@ -33,8 +33,10 @@ def run_demo(*, scheme: str, workdir: str | None) -> int:
 
     _quiet_upstream_logging()
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="scalar-scales-demo-"))
-    print(f"Quantizing the toy Qwen3-MoE with {scheme} (llm-compressor oneshot, compressed-tensors "
-          f"{compressed_tensors.__version__}) into {root}")
+    print(
+        f"Quantizing the toy Qwen3-MoE with {scheme} (llm-compressor oneshot, compressed-tensors "
+        f"{compressed_tensors.__version__}) into {root}"
+    )
     bf16 = toy_moe.build_toy_checkpoint(root / "bf16")
     artifacts = {"without the fix": root / f"{scheme}-legacy", "with the fix": root / f"{scheme}-format2"}
     for label, out in artifacts.items():
@@ -60,8 +62,13 @@ def _comparison(legacy: tuple[str, Path], fixed: tuple[str, Path]) -> str:
         ("", legacy_label, fixed_label),
         ("config.json format_version", *(_declared(d) for d in (legacy_dir, fixed_dir))),
         (f"global-scale shapes ({len(scales)} tensors)", *(_shape_summary(d) for d in (legacy_dir, fixed_dir))),
-        (example, *(f"{_shape(d, example)} = {_f32(b[example])!r}" for d, b in
-                    ((legacy_dir, legacy_bytes), (fixed_dir, fixed_bytes)))),
+        (
+            example,
+            *(
+                f"{_shape(d, example)} = {_f32(b[example])!r}"
+                for d, b in ((legacy_dir, legacy_bytes), (fixed_dir, fixed_bytes))
+            ),
+        ),
     ]
     same_values = all(legacy_bytes[n] == fixed_bytes[n] for n in scales)
     same_others = all(legacy_bytes[n] == fixed_bytes[n] for n in others)

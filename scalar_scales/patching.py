@@ -133,4 +133,3 @@ def _import_dotted(path: str) -> Any:
                 return None
         return obj
     return None
-

@@ -76,4 +76,3 @@ def test_hf_config_round_trips_format_version_while_patched(artifact):
     with compressed_tensors_patch.applied():
         assert CompressedTensorsConfig.from_dict(document).to_dict()["format_version"] == 2
     assert "format_version" not in CompressedTensorsConfig.from_dict(document).to_dict()
-

@@ -1,0 +1,254 @@
+"""Migrate a checkpoint's per-tensor scales between (1,) and 0-D by editing shard headers.
+
+The order of work is what makes it safe:
+
+1. Take the checkpoint's lock (``flock`` on its folder, or on the lone file).
+2. Read and validate every shard and plan every header edit in memory;
+   check each planned header; check every file can be written. Any problem
+   raises :class:`CheckpointError` here, before a byte is written.
+3. Edit the shards (in parallel): an in-place edit writes only the changed
+   header bytes and fsyncs. Each edit is one byte between two valid headers,
+   so a shard killed mid-write still parses, and its data is never touched.
+   A header that must grow, or a shard that is a link into a shared blob
+   store with ``materialize``, is written to a new file next to it, fsynced,
+   and renamed over the old name.
+4. Read every changed header back and compare it with the plan.
+5. Only then write ``config.json``'s ``format_version``, atomically and
+   durably. An interrupted run leaves the old marker, and a rerun finishes.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import stat
+import struct
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scalar_scales.checkpoint import (
+    FORMAT_VERSION_KEY,
+    SCALAR_FORMAT_VERSION,
+    Checkpoint,
+    resolve_checkpoint,
+    write_json_atomically,
+)
+from scalar_scales.header_edit import HeaderEdit, Layout
+from scalar_scales.safetensors_header import CheckpointError
+from scalar_scales.scan import NVFP4_FORMAT, CheckpointScan, scan_checkpoint
+
+__all__ = ["MigrationReport", "checkpoint_lock", "migrate_checkpoint"]
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class MigrationReport:
+    """What a migration changed, or would change with ``dry_run``."""
+
+    checkpoint: Checkpoint
+    to: Layout
+    dry_run: bool
+    scales_total: int
+    edits: list[HeaderEdit] = field(default_factory=list)
+    rewritten: list[Path] = field(default_factory=list)
+    format_version_before: int | None = None
+    format_version_after: int | None = None
+
+    @property
+    def scales_changed(self) -> int:
+        return sum(len(edit.changed) for edit in self.edits)
+
+    @property
+    def config_changed(self) -> bool:
+        return self.format_version_before != self.format_version_after
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.edits) or self.config_changed
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "checkpoint": str(self.checkpoint.root),
+            "to": self.to,
+            "dry_run": self.dry_run,
+            "shards": len(self.checkpoint.files),
+            "shards_changed": len(self.edits),
+            "scales_total": self.scales_total,
+            "scales_changed": self.scales_changed,
+            "rewritten": [str(p) for p in self.rewritten],
+            "format_version_before": self.format_version_before,
+            "format_version_after": self.format_version_after,
+            "changed": self.changed,
+        }
+
+
+@contextmanager
+def checkpoint_lock(checkpoint: Checkpoint) -> Iterator[None]:
+    """Hold an exclusive, non-blocking ``flock`` on the checkpoint; no lock file is created."""
+    fd = os.open(checkpoint.root, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CheckpointError(checkpoint.root, "another migrate is running on this checkpoint") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def migrate_checkpoint(
+    path: str | os.PathLike[str],
+    *,
+    to: Layout = "scalar",
+    dry_run: bool = False,
+    include: Sequence[str] = (),
+    materialize: bool = False,
+    progress: Progress | None = None,
+) -> MigrationReport:
+    """Put every per-tensor scale in scope into layout ``to`` and declare it in ``config.json``."""
+    checkpoint = resolve_checkpoint(path)
+    with checkpoint_lock(checkpoint):
+        scan = scan_checkpoint(checkpoint, include=include, read_values=False, plan_to=to)
+        report = _plan(scan, to, include, dry_run)
+        if dry_run:
+            return report
+        _check_writable(report, materialize)
+        _apply_edits(report, materialize, progress)
+        _verify(report)
+        if report.config_changed:
+            _write_marker(report, scan.config)
+        return report
+
+
+def _plan(scan: CheckpointScan, to: Layout, include: Sequence[str], dry_run: bool) -> MigrationReport:
+    if scan.config is not None and not scan.is_nvfp4 and not include:
+        raise CheckpointError(
+            scan.checkpoint.config or scan.checkpoint.root,
+            f"quantization format is {scan.quantization_format!r}, not {NVFP4_FORMAT}; migrate changes NVFP4 "
+            "global scales only, unless --include GLOB names other per-tensor scales",
+        )
+    report = MigrationReport(scan.checkpoint, to, dry_run, scales_total=scan.scale_count, edits=scan.edits)
+    if scan.config is not None and scan.is_nvfp4:
+        report.format_version_before = scan.declared_format_version
+        report.format_version_after = SCALAR_FORMAT_VERSION if to == "scalar" else 1
+    return report
+
+
+def _is_shared(path: Path) -> bool:
+    """A symlink (Hugging Face cache snapshots link shards to blobs) or a file with other hard links."""
+    return path.is_symlink() or path.stat().st_nlink > 1
+
+
+def _check_writable(report: MigrationReport, materialize: bool) -> None:
+    for edit in report.edits:
+        shard = edit.path
+        if _is_shared(shard):
+            if not materialize:
+                raise CheckpointError(
+                    shard,
+                    "is a link into shared storage (e.g. a Hugging Face cache blob); editing it in place would "
+                    "change every copy. Pass --materialize to replace the link with an edited copy",
+                )
+            _require_writable_folder(shard.parent)
+        elif edit.grows:
+            _require_writable_folder(shard.parent)
+        else:
+            _require_writable_file(shard)
+    if report.config_changed and report.checkpoint.config is not None:
+        _require_writable_file(report.checkpoint.config)
+        _require_writable_folder(report.checkpoint.config.parent)
+
+
+def _require_writable_file(path: Path) -> None:
+    if not path.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
+        raise CheckpointError(path, "is read-only")
+    try:
+        os.close(os.open(path, os.O_RDWR))
+    except OSError as exc:
+        raise CheckpointError(path, f"cannot be opened for writing: {exc.strerror}") from None
+
+
+def _require_writable_folder(path: Path) -> None:
+    if not os.access(path, os.W_OK):
+        raise CheckpointError(path, "folder is not writable")
+
+
+def _apply_edits(report: MigrationReport, materialize: bool, progress: Progress | None) -> None:
+    total = len(report.edits)
+
+    def apply(edit: HeaderEdit) -> Path | None:
+        shard = edit.path
+        if edit.grows or (materialize and _is_shared(shard)):
+            _rewrite(edit)
+            return shard
+        _edit_in_place(edit)
+        return None
+
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1, max(total, 1))) as pool:
+        for done, rewritten in enumerate(pool.map(apply, report.edits), start=1):
+            if rewritten is not None:
+                report.rewritten.append(rewritten)
+            if progress is not None:
+                progress(done, total)
+
+
+def _edit_in_place(edit: HeaderEdit) -> None:
+    begin, end = edit.span
+    fd = os.open(edit.path, os.O_RDWR)
+    try:
+        os.pwrite(fd, edit.new_raw[begin:end], 8 + begin)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _rewrite(edit: HeaderEdit) -> None:
+    """Write the new header and the unchanged data to a new file, then rename it over the shard."""
+    shard = edit.path
+    tmp = shard.with_name(f".{shard.name}.scalar-scales.tmp")
+    data_start = edit.old_data_start
+    with open(shard, "rb") as source, open(tmp, "wb") as target:
+        target.write(struct.pack("<Q", len(edit.new_raw)) + edit.new_raw)
+        target.flush()
+        size = os.fstat(source.fileno()).st_size - data_start
+        offset = 0
+        while offset < size:
+            copied = os.copy_file_range(source.fileno(), target.fileno(), size - offset, data_start + offset)
+            if copied == 0:
+                raise CheckpointError(shard, "ended while being copied")
+            offset += copied
+        os.fsync(target.fileno())
+    os.replace(tmp, shard)
+    _fsync_folder(shard.parent)
+
+
+def _fsync_folder(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _verify(report: MigrationReport) -> None:
+    """Read every changed header back; it must be byte for byte the planned one, which was validated."""
+    for edit in report.edits:
+        with open(edit.path, "rb") as f:
+            written = f.read(8 + len(edit.new_raw))
+        if written != struct.pack("<Q", len(edit.new_raw)) + edit.new_raw:
+            raise CheckpointError(edit.path, "header read back differs from what was written")
+
+
+def _write_marker(report: MigrationReport, config: dict[str, Any] | None) -> None:
+    assert report.checkpoint.config is not None and config is not None
+    quantization_config = config["quantization_config"]
+    if report.format_version_after == SCALAR_FORMAT_VERSION:
+        quantization_config[FORMAT_VERSION_KEY] = SCALAR_FORMAT_VERSION
+    else:
+        quantization_config.pop(FORMAT_VERSION_KEY, None)
+    write_json_atomically(report.checkpoint.config, config, durable=True)

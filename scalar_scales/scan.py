@@ -1,0 +1,286 @@
+"""Find every per-tensor scale in a checkpoint and say what shape and value it has.
+
+The scope is the NVFP4 per-tensor global scales (``*_global_scale``) of a
+compressed-tensors ``nvfp4-pack-quantized`` checkpoint, plus any tensors that
+``include`` globs name. Values are read straight from the mapped files, so that
+a scale of zero (an expert that never saw a calibration token gets
+``input_global_scale`` 0.0), a negative one, NaN or Inf can be flagged.
+
+Shards are independent, so each is read, validated and (for ``migrate``)
+planned by one job, and the jobs run in parallel worker processes. A job
+hands back only its scales and its planned edit, never the parsed header:
+sending a header between processes costs as much as parsing it.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import mmap
+import multiprocessing
+import os
+import struct
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from functools import cached_property, partial
+from pathlib import Path
+from typing import Any, NamedTuple, TypeVar
+
+from scalar_scales.checkpoint import (
+    FORMAT_VERSION_KEY,
+    GLOBAL_SCALE_SUFFIX,
+    LEGACY_FORMAT_VERSION,
+    Checkpoint,
+    format_version,
+    read_config,
+    resolve_checkpoint,
+)
+from scalar_scales.header_edit import HeaderEdit, Layout, plan_header_edit
+from scalar_scales.safetensors_header import CheckpointError, SafetensorsHeader, read_header
+
+__all__ = ["NVFP4_FORMAT", "CheckpointScan", "ScaleFinding", "ShardScan", "scan_checkpoint"]
+
+NVFP4_FORMAT = "nvfp4-pack-quantized"
+PARALLEL_MIN_SHARDS = 8
+"""Below this many shards, starting worker processes costs more than it saves."""
+
+_DECODERS: dict[str, Any] = {
+    "F32": struct.Struct("<f").unpack_from,
+    "F64": struct.Struct("<d").unpack_from,
+    "F16": struct.Struct("<e").unpack_from,
+}
+
+
+class ScaleFinding(NamedTuple):
+    """One per-tensor scale: where it is, its shape and its value.
+
+    A named tuple: a large MoE has tens of thousands of them.
+    """
+
+    file: Path
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    value: float | None
+
+    @property
+    def layout(self) -> str:
+        """``scalar`` for (), ``legacy`` for (1,)."""
+        return "scalar" if self.shape == () else "legacy"
+
+    @property
+    def warnings(self) -> list[str]:
+        value = self.value
+        if value is None:
+            return []
+        if math.isnan(value):
+            return ["NaN"]
+        if math.isinf(value):
+            return ["Inf"]
+        if value == 0.0:
+            return ["zero"]
+        return ["negative"] if value < 0 else []
+
+
+class ShardScan(NamedTuple):
+    """What one shard's job found: its per-tensor scales (columns) and, for migrate, the planned edit."""
+
+    path: Path
+    names: list[str]
+    dtypes: list[str]
+    shapes: list[tuple[int, ...]]
+    values: list[float | None]
+    edit: HeaderEdit | None
+
+
+@dataclass
+class CheckpointScan:
+    """Everything ``check`` reports, and what ``migrate`` plans from."""
+
+    checkpoint: Checkpoint
+    config: dict[str, Any] | None
+    shards: list[ShardScan]
+
+    @property
+    def scale_count(self) -> int:
+        return sum(len(shard.names) for shard in self.shards)
+
+    @cached_property
+    def findings(self) -> list[ScaleFinding]:
+        return [
+            ScaleFinding(shard.path, *entry)
+            for shard in self.shards
+            for entry in zip(shard.names, shard.dtypes, shard.shapes, shard.values, strict=True)
+        ]
+
+    @property
+    def edits(self) -> list[HeaderEdit]:
+        return [shard.edit for shard in self.shards if shard.edit is not None]
+
+    @property
+    def quantization_format(self) -> str | None:
+        quantization_config = (self.config or {}).get("quantization_config") or {}
+        formats = {quantization_config.get("format")} | {
+            group.get("format") for group in (quantization_config.get("config_groups") or {}).values()
+        }
+        if NVFP4_FORMAT in formats:
+            return NVFP4_FORMAT
+        return quantization_config.get("format")
+
+    @property
+    def is_nvfp4(self) -> bool:
+        """NVFP4 by its config, or, for a lone file without one, by having global scales."""
+        if self.config is None:
+            return self.scale_count > 0
+        return self.quantization_format == NVFP4_FORMAT
+
+    @property
+    def declared_format_version(self) -> int | None:
+        """The config's version (legacy 1 when the key is absent); None without a config."""
+        return None if self.config is None else format_version(self.config)
+
+    @property
+    def legacy_count(self) -> int:
+        return sum(shard.shapes.count((1,)) for shard in self.shards)
+
+    @property
+    def legacy(self) -> list[ScaleFinding]:
+        return [f for f in self.findings if f.layout == "legacy"]
+
+    @property
+    def suspicious(self) -> list[ScaleFinding]:
+        return [f for f in self.findings if f.warnings]
+
+    @property
+    def suspicious_count(self) -> int:
+        """Scales that are zero, negative, NaN or Inf, counted without building findings."""
+        return sum(
+            1 for shard in self.shards for value in shard.values if value is not None and not 0.0 < value < math.inf
+        )
+
+    @property
+    def marker_mismatch(self) -> str | None:
+        """Why the config's declaration disagrees with the shards, if it does."""
+        if self.config is None or not self.scale_count or not self.is_nvfp4:
+            return None
+        declared, legacy = self.declared_format_version, self.legacy_count
+        if legacy and declared != LEGACY_FORMAT_VERSION:
+            return f"config.json declares {FORMAT_VERSION_KEY} {declared} but {legacy} scales are (1,)"
+        if not legacy and declared == LEGACY_FORMAT_VERSION:
+            return f"every scale is 0-D but config.json does not declare {FORMAT_VERSION_KEY} 2"
+        return None
+
+
+def scan_checkpoint(
+    path: str | os.PathLike[str] | Checkpoint,
+    *,
+    include: Sequence[str] = (),
+    read_values: bool = True,
+    plan_to: Layout | None = None,
+) -> CheckpointScan:
+    """Read and validate every shard header and find the per-tensor scales in scope.
+
+    With ``plan_to``, also plan each shard's header edit into that layout.
+    """
+    checkpoint = path if isinstance(path, Checkpoint) else resolve_checkpoint(path)
+    config = read_config(checkpoint.root) if checkpoint.config else None
+    probe = CheckpointScan(checkpoint, config, [])
+    nvfp4 = probe.is_nvfp4 if config is not None else None
+    job = partial(_scan_shard, nvfp4=nvfp4, include=tuple(include), read_values=read_values, plan_to=plan_to)
+    return CheckpointScan(checkpoint, config, _map_shards(job, list(checkpoint.files)))
+
+
+def _scan_shard(
+    path: Path, *, nvfp4: bool | None, include: tuple[str, ...], read_values: bool, plan_to: Layout | None
+) -> ShardScan:
+    with collector_paused():
+        header = read_header(path)
+    names = header.names
+    if nvfp4 is None:  # a lone file without a config: NVFP4 if it has global scales
+        nvfp4 = any(name.endswith(GLOBAL_SCALE_SUFFIX) for name in names)
+    indices = [i for i, name in enumerate(names) if nvfp4 and name.endswith(GLOBAL_SCALE_SUFFIX)]
+    if include:
+        indices = sorted({*indices, *(i for i, name in enumerate(names) if _included(name, include))})
+    _check_single_values(header, indices)
+    return ShardScan(
+        path=path,
+        names=[names[i] for i in indices],
+        dtypes=[header.dtypes[i] for i in indices],
+        shapes=[header.shapes[i] for i in indices],
+        values=_read_values(header, indices) if read_values else [None] * len(indices),
+        edit=plan_header_edit(header, indices, plan_to) if plan_to else None,
+    )
+
+
+_T = TypeVar("_T")
+
+
+def _map_shards(job: Callable[[Path], _T], paths: list[Path]) -> list[_T]:
+    """Run ``job`` on every shard: in forked worker processes when that pays, else here.
+
+    Forking is only safe in a process with one thread, so a threaded caller
+    gets the sequential path.
+    """
+    workers = min(os.cpu_count() or 1, 8)
+    if len(paths) < PARALLEL_MIN_SHARDS or workers < 2 or threading.active_count() > 1:
+        return [job(p) for p in paths]
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        return list(pool.map(job, paths, chunksize=max(1, len(paths) // (4 * workers))))
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a header is parsed.
+
+    Parsing builds hundreds of thousands of small tuples and strings, none in
+    a cycle; the collector would otherwise rescan them many times over (about
+    a third of the parse time on a V4-Flash-sized checkpoint).
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _included(name: str, include: Sequence[str]) -> bool:
+    return any(fnmatchcase(name, pattern) for pattern in include)
+
+
+def _check_single_values(header: SafetensorsHeader, indices: list[int]) -> None:
+    shapes = set(map(header.shapes.__getitem__, indices))
+    if shapes <= {(), (1,)}:
+        return
+    i = next(i for i in indices if header.shapes[i] not in ((), (1,)))
+    shape = list(header.shapes[i])
+    problem = (
+        f"shape {shape} is neither (1,) nor 0-D"
+        if math.prod(shape) == 1
+        else f"a per-tensor scale must hold one value, this one has shape {shape}"
+    )
+    raise CheckpointError(header.path, problem, header.names[i])
+
+
+def _read_values(header: SafetensorsHeader, indices: list[int]) -> list[float | None]:
+    if not indices:
+        return []
+    values: list[float | None] = []
+    with open(header.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        base = header.data_start
+        for i in indices:
+            dtype, begin = header.dtypes[i], base + header.begins[i]
+            decode = _DECODERS.get(dtype)
+            if decode is not None:
+                values.append(decode(data, begin)[0])
+            elif dtype == "BF16":
+                values.append(struct.unpack("<f", b"\0\0" + data[begin : begin + 2])[0])
+            else:
+                values.append(None)
+    return values
