@@ -190,7 +190,7 @@ def _migration_summary(report: MigrationReport) -> str:
         f"{report.checkpoint.root}: {verb} {report.scales_changed} of {report.scales_total} scales to {target} "
         f"in {len(report.edits)} of {len(report.checkpoint.files)} shards"
     )
-    growing = [edit for edit in report.edits if edit.grows]
+    growing = [edit for edit in report.edits if not edit.in_place]
     if report.dry_run:
         if growing:
             line += f" ({len(growing)} need a longer header and would be rewritten to new files)"

@@ -7,8 +7,8 @@ changes one byte per scale, the ``1`` becomes a space, and going back puts the
 headers, every partially written state of a shard is itself a valid file.
 
 A header written natively with 0-D scales says ``[]``, with no byte to spare;
-turning it into (1,) needs a longer header. That plan is marked ``grows``, and
-the shard is then rewritten into a new file instead of edited in place.
+turning it into (1,) needs longer header content. That plan is not
+``in_place``, and the shard is then written anew and renamed.
 
 In a header in the reference writer's compact layout, the reader has already
 proved where every entry's shape is (its matches tile the header exactly), so
@@ -51,10 +51,13 @@ class HeaderEdit:
     changed: tuple[str, ...]
     span: tuple[int, int]
     """The range of header bytes (from the start of the JSON) that the edit touches."""
+    in_place: bool
+    """Every changed byte keeps its position, so the shard can be edited where it is.
 
-    @property
-    def grows(self) -> bool:
-        return len(self.new_raw) != self.old_length
+    Otherwise the header content got longer (its total length may still fit
+    in the old padding), bytes shift, and a torn write could leave an
+    unreadable header: the shard must be written anew and renamed.
+    """
 
     @property
     def old_data_start(self) -> int:
@@ -82,11 +85,12 @@ def plan_header_edit(header: SafetensorsHeader, indices: Collection[int], to: La
     pieces.append(raw[cursor:])
     new_raw = b"".join(pieces)
     span = (spans[todo[0]][0], spans[todo[-1]][1])
-    if len(new_raw) != len(raw):
+    in_place = len(new_raw) == len(raw)
+    if not in_place:
         new_raw = _padded(new_raw.rstrip(b" "))
         span = (0, len(new_raw))
-    edit = HeaderEdit(header.path, len(raw), new_raw, tuple(header.names[i] for i in todo), span)
-    if header.shape_spans is None or edit.grows:
+    edit = HeaderEdit(header.path, len(raw), new_raw, tuple(header.names[i] for i in todo), span, in_place)
+    if header.shape_spans is None or not in_place:
         _check(header, edit, want)
     return edit
 

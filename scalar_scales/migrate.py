@@ -88,15 +88,19 @@ class MigrationReport:
 
 
 @contextmanager
-def checkpoint_lock(checkpoint: Checkpoint) -> Iterator[None]:
-    """Hold an exclusive, non-blocking ``flock`` on the checkpoint; no lock file is created."""
-    fd = os.open(checkpoint.root, os.O_RDONLY)
+def checkpoint_lock(checkpoint: Checkpoint) -> Iterator[int]:
+    """Hold an exclusive, non-blocking ``flock`` on the checkpoint; no lock file is created.
+
+    Yields the descriptor that holds the lock: a forked worker that keeps it
+    open would keep the lock after this process dies.
+    """
+    fd = os.open(checkpoint.root, os.O_RDONLY | os.O_CLOEXEC)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise CheckpointError(checkpoint.root, "another migrate is running on this checkpoint") from None
-        yield
+        yield fd
     finally:
         os.close(fd)
 
@@ -112,8 +116,8 @@ def migrate_checkpoint(
 ) -> MigrationReport:
     """Put every per-tensor scale in scope into layout ``to`` and declare it in ``config.json``."""
     checkpoint = resolve_checkpoint(path)
-    with checkpoint_lock(checkpoint):
-        scan = scan_checkpoint(checkpoint, include=include, read_values=False, plan_to=to)
+    with checkpoint_lock(checkpoint) as lock:
+        scan = scan_checkpoint(checkpoint, include=include, read_values=False, plan_to=to, close_in_workers=[lock])
         report = _plan(scan, to, include, dry_run)
         if dry_run:
             return report
@@ -155,7 +159,7 @@ def _check_writable(report: MigrationReport, materialize: bool) -> None:
                     "change every copy. Pass --materialize to replace the link with an edited copy",
                 )
             _require_writable_folder(shard.parent)
-        elif edit.grows:
+        elif not edit.in_place:
             _require_writable_folder(shard.parent)
         else:
             _require_writable_file(shard)
@@ -183,7 +187,7 @@ def _apply_edits(report: MigrationReport, materialize: bool, progress: Progress 
 
     def apply(edit: HeaderEdit) -> Path | None:
         shard = edit.path
-        if edit.grows or (materialize and _is_shared(shard)):
+        if not edit.in_place or (materialize and _is_shared(shard)):
             _rewrite(edit)
             return shard
         _edit_in_place(edit)

@@ -24,7 +24,7 @@ import os
 import re
 import struct
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 from itertools import accumulate, compress, repeat
 from pathlib import Path
 from typing import NamedTuple
@@ -84,8 +84,17 @@ class CheckpointError(Exception):
         self.path = str(path)
         self.problem = problem
         self.tensor = tensor
-        where = f"{self.path}: {tensor}: " if tensor else f"{self.path}: "
+        where = f"{_printable(self.path)}: {_printable(tensor)}: " if tensor else f"{_printable(self.path)}: "
         super().__init__(where + problem)
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, str | None]]:
+        """Rebuild from the three fields: shards are read in worker processes, and errors travel back."""
+        return (type(self), (self.path, self.problem, self.tensor))
+
+
+def _printable(text: str) -> str:
+    """``text`` as it is, or JSON-quoted when it holds control characters: errors stay on one line."""
+    return text if text.isprintable() else json.dumps(text)
 
 
 class TensorEntry(NamedTuple):
@@ -192,9 +201,7 @@ def read_header(path: str | os.PathLike[str]) -> SafetensorsHeader:
         raise CheckpointError(path, f"cannot read: {exc.strerror or exc}") from None
     columns = _parse_canonical(raw) or _parse_json(path, raw)
     metadata = columns.metadata
-    if metadata is not None and not (
-        isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())
-    ):
+    if metadata is not None and not (isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())):
         raise CheckpointError(path, "__metadata__ must map strings to strings")
     _validate(path, columns, data_size=file_size - 8 - len(raw))
     return SafetensorsHeader(
@@ -249,7 +256,7 @@ def _parse_canonical(raw: bytes) -> _Columns | None:
 
 def _parse_json(path: Path, raw: bytes) -> _Columns:
     try:
-        document = json.loads(raw.decode("utf-8"))
+        document = json.loads(raw.decode("utf-8"), object_pairs_hook=partial(_unique_keys, path))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CheckpointError(path, f"header is not valid JSON ({exc})") from None
     if not isinstance(document, dict):
@@ -266,11 +273,21 @@ def _parse_json(path: Path, raw: bytes) -> _Columns:
     return _Columns(names, dtypes, shapes, begins, ends, metadata, compact=None)
 
 
+def _unique_keys(path: Path, pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """Build a JSON object, refusing a repeated key (``json`` would silently keep the last)."""
+    document = dict(pairs)
+    if len(document) != len(pairs):
+        seen: set[str] = set()
+        repeated = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
+        raise CheckpointError(path, "appears more than once in the header", tensor=repeated)
+    return document
+
+
 def _entry_fields(path: Path, name: str, spec: object) -> tuple[str, tuple[int, ...], int, int]:
     if not isinstance(spec, dict):
         raise CheckpointError(path, "entry is not an object", tensor=name)
     dtype, shape, offsets = spec.get("dtype"), spec.get("shape"), spec.get("data_offsets")
-    if dtype not in _DTYPE_BITS:
+    if not isinstance(dtype, str) or dtype not in _DTYPE_BITS:
         raise CheckpointError(path, f"unknown dtype {dtype!r}", tensor=name)
     if not _is_int_list(shape) or any(d < 0 for d in shape):
         raise CheckpointError(path, f"shape {shape!r} is not a list of non-negative integers", tensor=name)

@@ -181,17 +181,20 @@ def scan_checkpoint(
     include: Sequence[str] = (),
     read_values: bool = True,
     plan_to: Layout | None = None,
+    close_in_workers: Sequence[int] = (),
 ) -> CheckpointScan:
     """Read and validate every shard header and find the per-tensor scales in scope.
 
     With ``plan_to``, also plan each shard's header edit into that layout.
+    ``close_in_workers`` names file descriptors (a held lock) that forked
+    workers must close at once, so that they cannot hold them past this call.
     """
     checkpoint = path if isinstance(path, Checkpoint) else resolve_checkpoint(path)
     config = read_config(checkpoint.root) if checkpoint.config else None
     probe = CheckpointScan(checkpoint, config, [])
     nvfp4 = probe.is_nvfp4 if config is not None else None
     job = partial(_scan_shard, nvfp4=nvfp4, include=tuple(include), read_values=read_values, plan_to=plan_to)
-    return CheckpointScan(checkpoint, config, _map_shards(job, list(checkpoint.files)))
+    return CheckpointScan(checkpoint, config, _map_shards(job, list(checkpoint.files), close_in_workers))
 
 
 def _scan_shard(
@@ -219,7 +222,7 @@ def _scan_shard(
 _T = TypeVar("_T")
 
 
-def _map_shards(job: Callable[[Path], _T], paths: list[Path]) -> list[_T]:
+def _map_shards(job: Callable[[Path], _T], paths: list[Path], close_in_workers: Sequence[int]) -> list[_T]:
     """Run ``job`` on every shard: in forked worker processes when that pays, else here.
 
     Forking is only safe in a process with one thread, so a threaded caller
@@ -229,8 +232,15 @@ def _map_shards(job: Callable[[Path], _T], paths: list[Path]) -> list[_T]:
     if len(paths) < PARALLEL_MIN_SHARDS or workers < 2 or threading.active_count() > 1:
         return [job(p) for p in paths]
     context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    with ProcessPoolExecutor(
+        max_workers=workers, mp_context=context, initializer=_close_fds, initargs=(tuple(close_in_workers),)
+    ) as pool:
         return list(pool.map(job, paths, chunksize=max(1, len(paths) // (4 * workers))))
+
+
+def _close_fds(fds: tuple[int, ...]) -> None:
+    for fd in fds:
+        os.close(fd)
 
 
 @contextmanager

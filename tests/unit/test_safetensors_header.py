@@ -98,3 +98,13 @@ def test_refuses_an_unknown_dtype(tmp_path):
 def test_refuses_a_missing_file_with_a_one_line_error(tmp_path):
     with pytest.raises(CheckpointError, match=r"missing.safetensors: cannot read: No such file or directory$"):
         read_header(tmp_path / "missing.safetensors")
+
+
+@pytest.mark.parametrize("compact", [True, False], ids=["compact", "spaced"])
+def test_refuses_a_tensor_named_twice(tmp_path, compact):
+    entry = '{"dtype":"F32","shape":[1],"data_offsets":[0,4]}'
+    raw = f'{{"a":{entry},"a":{entry}}}' if compact else f'{{"a": {entry}, "a": {entry}}}'
+    path = write(tmp_path / "a.safetensors", None, bytes(4), raw_header=raw.encode())
+    with pytest.raises(CheckpointError) as error:
+        read_header(path)
+    assert str(error.value) == f"{path}: a: appears more than once in the header"
