@@ -190,3 +190,27 @@ def hf_cache(tmp_path):
         blob.write_bytes(file.read_bytes())
         (snapshot_dir / file.name).symlink_to(f"../../blobs/{blob.name}")
     return snapshot_dir, blobs
+
+
+def run_on_a_terminal(*args) -> str:
+    """Run the CLI with a pseudo-terminal as stdout and stderr (util-linux `script`)."""
+    import shlex
+    import subprocess
+    import sys
+
+    command = shlex.join([sys.executable, "-m", "scalar_scales", *map(str, args)])
+    result = subprocess.run(["script", "-qec", command, "/dev/null"], capture_output=True, text=True, check=True)
+    return result.stdout
+
+
+def test_a_terminal_shows_a_progress_bar(tmp_path):
+    checkpoint = make_checkpoint(tmp_path / "ckpt", shards=10, experts=8)
+    output = run_on_a_terminal("migrate", checkpoint)
+    assert "[##############################] 10/10 shards" in output
+
+
+def test_json_on_a_terminal_is_quiet(tmp_path):
+    checkpoint = make_checkpoint(tmp_path / "ckpt", shards=10, experts=8)
+    output = run_on_a_terminal("migrate", checkpoint, "--json")
+    assert "shards]" not in output and "#" not in output
+    assert json.loads(output)["scales_changed"] == 96
