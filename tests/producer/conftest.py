@@ -8,7 +8,6 @@ byte-identity assertions).
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,14 +16,11 @@ import pytest
 pytest.importorskip("llmcompressor", reason="producer tests run in the producer environments")
 
 import torch  # noqa: E402
-from llmcompressor import oneshot  # noqa: E402
-from llmcompressor.entrypoints.model_free import model_free_ptq  # noqa: E402
-from transformers import AutoModelForCausalLM  # noqa: E402
+from producer_support import load_bf16, quantize_to  # noqa: E402
 
 import compressed_tensors_patch  # noqa: E402
 from scalar_scales import toy_moe  # noqa: E402
 
-SAVE_PATHS = ("save_pretrained", "output_dir", "model_free")
 Quantize = Callable[..., Path]
 
 
@@ -44,26 +40,6 @@ def _unpatched_between_tests():
 @pytest.fixture(scope="session")
 def bf16_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return toy_moe.build_toy_checkpoint(tmp_path_factory.mktemp("toy") / "bf16")
-
-
-def load_bf16(bf16_dir: Path) -> torch.nn.Module:
-    return AutoModelForCausalLM.from_pretrained(bf16_dir, dtype=torch.bfloat16)
-
-
-def quantize_to(bf16_dir: Path, out: Path, scheme: str, *, patched: bool, save_path: str) -> Path:
-    """Quantize the toy model with ``scheme`` and write it through ``save_path``."""
-    patch = compressed_tensors_patch.applied() if patched else contextlib.nullcontext()
-    with patch:
-        if save_path == "model_free":
-            model_free_ptq(bf16_dir, out, scheme=scheme, ignore=["lm_head", "re:.*mlp.gate$"], device="cpu")
-            return out
-        model = load_bf16(bf16_dir)
-        if save_path == "output_dir":
-            oneshot(model=model, output_dir=str(out), **toy_moe.oneshot_kwargs(scheme))
-        else:
-            oneshot(model=model, **toy_moe.oneshot_kwargs(scheme))
-            model.save_pretrained(out, save_compressed=True)
-    return out
 
 
 @pytest.fixture(scope="session")

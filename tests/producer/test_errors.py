@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import load_bf16
 from llmcompressor import oneshot
+from producer_support import load_bf16
 
 import compressed_tensors_patch
 from scalar_scales import toy_moe

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import torch
-from conftest import load_bf16
 from llmcompressor import oneshot
+from producer_support import load_bf16
 
 import compressed_tensors_patch
 from compressed_tensors_patch.scales import GLOBAL_SCALE_NAMES

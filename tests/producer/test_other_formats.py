@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import quantize_to
+from producer_support import quantize_to
 
 OTHER_SCHEMES = ("FP8", "W4A16", "MXFP4")
 

@@ -1,0 +1,53 @@
+"""Helpers for the command-line tests: small synthetic NVFP4 checkpoints, byte snapshots, a CLI runner."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from scalar_scales.synthetic import write_synthetic_checkpoint
+
+
+def make_checkpoint(directory: Path, *, shards: int = 3, experts: int = 4, layers: int = 2) -> Path:
+    """A small checkpoint shaped like the V4-Flash synthetic: legacy (1,) scales, an index, a config."""
+    return write_synthetic_checkpoint(
+        directory, data_bytes=layers * experts * 3 * 400, layers=layers, experts=experts, shards=shards
+    )
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` (links followed), by relative path."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def shards(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.safetensors"))
+
+
+def data_digest(path: Path) -> str:
+    """SHA-256 of the data section (everything after the header)."""
+    raw = path.read_bytes()
+    (length,) = struct.unpack("<Q", raw[:8])
+    return hashlib.sha256(raw[8 + length :]).hexdigest()
+
+
+def rewrite_header(path: Path, change: Callable[[dict], object]) -> None:
+    """Replace a shard's header with ``change(header)`` (compact JSON), keeping its data bytes."""
+    raw = path.read_bytes()
+    (length,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + length])
+    new = change(header)
+    encoded = json.dumps(header if new is None else new, separators=(",", ":")).encode()
+    encoded += b" " * (-len(encoded) % 8)
+    path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + raw[8 + length :])
+
+
+def run_cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "scalar_scales", *map(str, args)], capture_output=True, text=True, timeout=300
+    )

@@ -1,0 +1,34 @@
+"""Helpers for the producer tests: load the toy model and quantize it through each save path."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import torch
+from llmcompressor import oneshot
+from llmcompressor.entrypoints.model_free import model_free_ptq
+from transformers import AutoModelForCausalLM
+
+import compressed_tensors_patch
+from scalar_scales import toy_moe
+
+
+def load_bf16(bf16_dir: Path) -> torch.nn.Module:
+    return AutoModelForCausalLM.from_pretrained(bf16_dir, dtype=torch.bfloat16)
+
+
+def quantize_to(bf16_dir: Path, out: Path, scheme: str, *, patched: bool, save_path: str) -> Path:
+    """Quantize the toy model with ``scheme`` and write it through ``save_path``."""
+    patch = compressed_tensors_patch.applied() if patched else contextlib.nullcontext()
+    with patch:
+        if save_path == "model_free":
+            model_free_ptq(bf16_dir, out, scheme=scheme, ignore=["lm_head", "re:.*mlp.gate$"], device="cpu")
+            return out
+        model = load_bf16(bf16_dir)
+        if save_path == "output_dir":
+            oneshot(model=model, output_dir=str(out), **toy_moe.oneshot_kwargs(scheme))
+        else:
+            oneshot(model=model, **toy_moe.oneshot_kwargs(scheme))
+            model.save_pretrained(out, save_compressed=True)
+    return out
