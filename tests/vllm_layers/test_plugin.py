@@ -1,0 +1,109 @@
+"""The plugin: discovered through vLLM's entry point, switched off by VLLM_PLUGINS, idempotent, exact revert."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from vllm_support import is_routed_experts
+
+import vllm_patch
+from scalar_scales.patching import _import_dotted
+from vllm_patch.loaders import plan_loader_patches
+
+# vLLM 0.32 configures its log handlers when an engine starts; a bare discovery needs one to show INFO.
+DISCOVER = (
+    "import logging, sys; logging.basicConfig(level=logging.INFO); sys.path.insert(0, {tests!r})\n"
+    "import vllm_support; vllm_support.select_cpu_platform()\n"
+    "from vllm.plugins import load_general_plugins\n"
+    "load_general_plugins()\n"
+    "import vllm_patch; print('applied:', vllm_patch.is_applied())\n"
+)
+
+
+def discover(**env: str) -> str:
+    script = DISCOVER.format(tests=str(Path(__file__).parents[1]))
+    result = subprocess.run(
+        [sys.executable, "-c", script], env={**os.environ, **env}, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout + result.stderr
+
+
+def test_the_entry_point_is_in_vllm_general_plugins():
+    (entry,) = [e for e in metadata.entry_points(group="vllm.general_plugins") if e.name == vllm_patch.ENTRY_POINT]
+    assert entry.value == "vllm_patch:register"
+
+
+def test_vllm_discovers_the_plugin_and_it_patches_the_loader():
+    output = discover()
+    assert "applied: True" in output
+    assert "scalar-scales: vLLM" in output
+
+
+def test_vllm_plugins_without_us_patches_nothing():
+    output = discover(VLLM_PLUGINS="some_other_plugin")
+    assert "applied: False" in output
+    assert "scalar-scales" not in output
+
+
+def test_register_logs_one_line_with_the_version_and_each_method(caplog):
+    with caplog.at_level(logging.INFO, logger="vllm.scalar_scales"):
+        vllm_patch.register()
+        vllm_patch.register()
+    (record,) = [r for r in caplog.records if r.name == "vllm.scalar_scales"]
+    message = record.getMessage()
+    owner = "RoutedExperts" if is_routed_experts() else "FusedMoE"
+    assert message.startswith("scalar-scales: vLLM 0.")
+    assert f" {owner}: patched _load_per_tensor_weight_scale, _load_single_value, " in message
+    assert "_load_per_channel_weight_scale, _load_w2" in message
+
+
+def test_register_is_idempotent():
+    vllm_patch.register()
+    first = [vars(_import_dotted(p.owner))[p.attribute] for p in plan_loader_patches().patches]
+    vllm_patch.register()
+    assert [vars(_import_dotted(p.owner))[p.attribute] for p in plan_loader_patches().patches] == first
+
+
+def test_a_path_vllm_already_coerces_is_not_coerced_twice():
+    """>= 0.24 reshapes per-tensor scales through _to_scalar: that stays upstream's, untouched and not doubled."""
+    plan = plan_loader_patches()
+    owner = _import_dotted(plan.owner)
+    to_scalar_before = vars(owner).get("_to_scalar")
+    vllm_patch.apply()
+    assert vars(owner).get("_to_scalar") is to_scalar_before
+    expected = ["_load_per_tensor_weight_scale"] if is_routed_experts() else []
+    assert plan.already_coerced == expected
+
+
+def test_revert_restores_every_method_exactly():
+    plan = plan_loader_patches()
+    owner = _import_dotted(plan.owner)
+    before = dict(vars(owner))
+    vllm_patch.apply()
+    vllm_patch.revert()
+    assert all(vars(owner)[p.attribute] is before[p.attribute] for p in plan.patches)
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (1, 1)])
+def test_to_scalar_returns_0d_for_any_single_element(shape):
+    import torch
+
+    assert vllm_patch.to_scalar(torch.full(shape, 3.0)).shape == ()
+
+
+def test_to_scalar_names_weight_expert_shard_and_shape():
+    import torch
+
+    with pytest.raises(vllm_patch.ScaleShapeError) as error:
+        vllm_patch.to_scalar(torch.ones(2), name="w13_weight_global_scale", expert_id=5, shard_id="w3")
+    assert str(error.value) == (
+        "weight w13_weight_global_scale, expert 5, shard w3: a per-tensor scale must hold exactly one value, "
+        "got shape (2,) (2 values)"
+    )

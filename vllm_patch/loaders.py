@@ -1,0 +1,147 @@
+"""The vLLM MoE loader methods we patch, how we recognise them, and the replacements.
+
+vLLM <= 0.23 keeps its MoE loaders on ``FusedMoE`` (``layer.py``); >= 0.24 on
+``RoutedExperts`` (``routed_experts.py``), which added ``_to_scalar`` for the
+per-tensor path (PR 43362) and then took it off ``_load_single_value`` again
+(PR 46420), because the size-2 compressed-tensors ``weight_shape`` goes
+through there too. We recognise the class and each method by structure (the
+methods exist with the parameters we wrap; the names a method's code uses),
+never by version string.
+
+Where upstream writes a scale by item assignment (``param[e][i] = t``), a
+(1,) value already works, so the wrapper only refuses a value that is not a
+single one, with an error that names the weight, expert and shard. Where
+upstream uses ``copy_`` into a 0-D slot, a (1,) value fails, and the wrapper
+coerces it. Only scalar slots are touched: the size-2 ``weight_shape`` and
+every real per-channel or group tensor pass through as they came. The hot
+wrappers spell out upstream's parameters rather than taking ``*args``: they
+run once per checkpoint scale.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import torch
+
+from scalar_scales.patching import Patch, _import_dotted
+from vllm_patch.scalar import to_scalar
+
+__all__ = ["LoaderPlan", "plan_loader_patches"]
+
+_MOE_CLASSES = (
+    "vllm.model_executor.layers.fused_moe.routed_experts.RoutedExperts",
+    "vllm.model_executor.layers.fused_moe.layer.FusedMoE",
+)
+_PARAMETERS: dict[str, tuple[str, ...]] = {
+    "_load_per_tensor_weight_scale": ("self", "shard_id", "param", "loaded_weight", "expert_id"),
+    "_load_single_value": ("self", "param", "loaded_weight", "expert_id"),
+    "_load_per_channel_weight_scale": ("self", "expert_data", "shard_dim", "shard_id", "loaded_weight", "tp_rank"),
+    "_load_w2": ("self", "expert_data", "shard_dim", "loaded_weight", "tp_rank", "load_full"),
+}
+"""The loader methods we wrap, with the parameters both vLLM generations give them.
+
+``_load_w13`` is not here: it splits its destination into w1/w3 halves, so a
+0-D slot fails there (IndexError) whatever the shape of the value."""
+
+
+class LoaderPlan(NamedTuple):
+    """What to patch on the installed vLLM, and what it already coerces itself."""
+
+    owner: str
+    patches: list[Patch]
+    already_coerced: list[str]
+
+
+def plan_loader_patches() -> LoaderPlan | None:
+    """The patches for the installed vLLM's MoE loader, or None when we do not recognise it."""
+    for owner_path in _MOE_CLASSES:
+        owner = _import_dotted(owner_path)
+        if owner is not None and all(_has_parameters(owner, name, expected) for name, expected in _PARAMETERS.items()):
+            return _plan_for(owner_path, owner)
+    return None
+
+
+def _has_parameters(owner: type, name: str, expected: tuple[str, ...]) -> bool:
+    method = vars(owner).get(name)
+    return method is not None and tuple(inspect.signature(method).parameters) == expected
+
+
+def _plan_for(owner_path: str, owner: type) -> LoaderPlan:
+    methods = vars(owner)
+    wrappers = {
+        "_load_per_tensor_weight_scale": (_per_tensor, "one value per slot, named error otherwise"),
+        "_load_single_value": (_single_value, "one value per scalar slot; weight_shape untouched"),
+        "_load_per_channel_weight_scale": (_copy_into_slot, "(1,) into a 0-D slot, which copy_ refuses"),
+        "_load_w2": (_copy_into_slot, "(1,) into a 0-D slot, which copy_ refuses"),
+    }
+    already = [name for name in wrappers if "_to_scalar" in _code_names(methods[name])]
+    patches = [Patch(owner_path, name, wrap, why) for name, (wrap, why) in wrappers.items()]
+    return LoaderPlan(owner_path, patches, already)
+
+
+def _per_tensor(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``_load_per_tensor_weight_scale``: every slot is a scalar.
+
+    Upstream writes with item assignment (``param[e][i] = t``), which already
+    takes a (1,) value (and >= 0.24 also reshapes through ``_to_scalar``), so
+    a single value goes through as it came; anything else fails here, named.
+    """
+
+    @functools.wraps(method)
+    def wrapper(self, shard_id, param, loaded_weight, expert_id):  # noqa: ANN001
+        if loaded_weight.numel() != 1:
+            to_scalar(loaded_weight, name=_parameter_name(self, param), expert_id=expert_id, shard_id=shard_id)
+        return method(self, shard_id, param, loaded_weight, expert_id)
+
+    return wrapper
+
+
+def _single_value(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``_load_single_value``: the same, but only for a scalar slot; the size-2 ``weight_shape`` row is left alone."""
+
+    @functools.wraps(method)
+    def wrapper(self, param, loaded_weight, expert_id):  # noqa: ANN001
+        if param.dim() == 1 and loaded_weight.numel() != 1:
+            to_scalar(loaded_weight, name=_parameter_name(self, param), expert_id=expert_id)
+        return method(self, param, loaded_weight, expert_id)
+
+    return wrapper
+
+
+def _copy_into_slot(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``copy_``-based loaders: a single-element value bound for a 0-D ``expert_data`` goes in as 0-D.
+
+    ``slot.copy_(t)`` with a (1,) ``t`` and a 0-D slot is the crash of vLLM
+    issue 43297 (``output with shape [] doesn't match the broadcast shape [1]``).
+    """
+
+    @functools.wraps(method)
+    def wrapper(self, expert_data, shard_dim, *args, **kwargs):  # noqa: ANN001
+        loaded_weight = kwargs.get("loaded_weight")
+        if loaded_weight is not None and expert_data.dim() == 0 and loaded_weight.dim():
+            kwargs["loaded_weight"] = to_scalar(
+                loaded_weight, name=_parameter_name(self, expert_data), shard_id=kwargs.get("shard_id")
+            )
+        return method(self, expert_data, shard_dim, *args, **kwargs)
+
+    return wrapper
+
+
+def _parameter_name(layer: torch.nn.Module, tensor: torch.Tensor) -> str | None:
+    """The layer parameter ``tensor`` is (or is a view of), with the layer's prefix: for error messages only."""
+    storage = tensor.untyped_storage().data_ptr()
+    prefix = getattr(layer, "layer_name", None) or getattr(layer, "prefix", None)
+    for name, param in layer.named_parameters():
+        if param.untyped_storage().data_ptr() == storage:
+            return f"{prefix}.{name}" if prefix else name
+    return None
+
+
+def _code_names(method: Any) -> tuple[str, ...]:
+    function = getattr(method, "__func__", method)
+    code = getattr(function, "__code__", None)
+    return code.co_names if code is not None else ()
