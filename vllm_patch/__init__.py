@@ -15,14 +15,25 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from importlib import metadata
 
 from scalar_scales.patching import PatchSet
-from vllm_patch.loaders import plan_loader_patches
+from vllm_patch.import_hook import call_after_import
+from vllm_patch.loaders import LOADER_MODULES, plan_loader_patches
 from vllm_patch.scalar import ScaleShapeError, to_scalar
 
-__all__ = ["ENTRY_POINT", "ScaleShapeError", "apply", "is_applied", "register", "revert", "to_scalar"]
+__all__ = [
+    "ENTRY_POINT",
+    "LOADER_MODULES",
+    "ScaleShapeError",
+    "apply",
+    "is_applied",
+    "register",
+    "revert",
+    "to_scalar",
+]
 
 ENTRY_POINT = "scalar_scales"
 """Our name in ``vllm.general_plugins``, the one ``VLLM_PLUGINS`` lists."""
@@ -33,11 +44,20 @@ _patches: PatchSet | None = None
 
 
 def register() -> None:
-    """vLLM's plugin hook: patch the loader once per process, log one line. Cheap and idempotent."""
+    """vLLM's plugin hook, run in every vLLM process: cheap and idempotent.
+
+    Importing vLLM's MoE loader costs seconds, and a front-end process never
+    loads weights. So where the loader is not imported yet, this only asks to
+    be called back once it is, and the patch (with its one log line) happens
+    then, in the processes that load a model.
+    """
     allowed = os.environ.get("VLLM_PLUGINS")
     if allowed is not None and ENTRY_POINT not in [name.strip() for name in allowed.split(",")]:
         return
-    apply()
+    if any(module in sys.modules for module in LOADER_MODULES):
+        apply()
+    else:
+        call_after_import(LOADER_MODULES, _apply_without_breaking_vllm)
 
 
 def apply() -> list[str]:
@@ -63,6 +83,16 @@ def apply() -> list[str]:
         already = f"; already coerced upstream: {', '.join(plan.already_coerced)}" if plan.already_coerced else ""
         _logger.info("scalar-scales: vLLM %s %s: patched %s%s", version, owner, ", ".join(patched), already)
         return patches.applied_targets()
+
+
+def _apply_without_breaking_vllm() -> None:
+    """Called inside vLLM's import of its loader: a failure here must not fail that import."""
+    try:
+        apply()
+    except Exception as error:  # noqa: BLE001 - reported, never raised into vLLM's import
+        _logger.warning(
+            "scalar-scales: vLLM %s: could not patch the MoE loader (%s); nothing patched", _vllm_version(), error
+        )
 
 
 def revert() -> None:

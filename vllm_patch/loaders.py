@@ -30,12 +30,14 @@ import torch
 from scalar_scales.patching import Patch, _import_dotted
 from vllm_patch.scalar import to_scalar
 
-__all__ = ["LoaderPlan", "plan_loader_patches"]
+__all__ = ["LOADER_MODULES", "LoaderPlan", "plan_loader_patches"]
 
 _MOE_CLASSES = (
     "vllm.model_executor.layers.fused_moe.routed_experts.RoutedExperts",
     "vllm.model_executor.layers.fused_moe.layer.FusedMoE",
 )
+LOADER_MODULES = frozenset(path.rpartition(".")[0] for path in _MOE_CLASSES)
+"""The modules that define a MoE loader; patching waits until one of them is imported."""
 _PARAMETERS: dict[str, tuple[str, ...]] = {
     "_load_per_tensor_weight_scale": ("self", "shard_id", "param", "loaded_weight", "expert_id"),
     "_load_single_value": ("self", "param", "loaded_weight", "expert_id"),

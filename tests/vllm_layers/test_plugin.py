@@ -22,7 +22,10 @@ DISCOVER = (
     "import vllm_support; vllm_support.select_cpu_platform()\n"
     "from vllm.plugins import load_general_plugins\n"
     "load_general_plugins()\n"
-    "import vllm_patch; print('applied:', vllm_patch.is_applied())\n"
+    "import vllm_patch; print('applied before the loader is imported:', vllm_patch.is_applied())\n"
+    "print('loader imported by register:', any(m in sys.modules for m in vllm_patch.LOADER_MODULES))\n"
+    "import vllm.model_executor.layers.fused_moe.layer\n"
+    "print('applied:', vllm_patch.is_applied())\n"
 )
 
 
@@ -40,10 +43,17 @@ def test_the_entry_point_is_in_vllm_general_plugins():
     assert entry.value == "vllm_patch:register"
 
 
-def test_vllm_discovers_the_plugin_and_it_patches_the_loader():
+def test_vllm_discovers_the_plugin_and_it_patches_the_loader_once_imported():
     output = discover()
     assert "applied: True" in output
-    assert "scalar-scales: vLLM" in output
+    assert output.count("scalar-scales: vLLM") == 1
+
+
+def test_registering_imports_no_loader_and_patches_nothing_yet():
+    """register() runs in every vLLM process, the front end too: it must not import the MoE stack."""
+    output = discover()
+    assert "loader imported by register: False" in output
+    assert "applied before the loader is imported: False" in output
 
 
 def test_vllm_plugins_without_us_patches_nothing():
