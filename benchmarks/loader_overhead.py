@@ -35,32 +35,16 @@ vllm_support.select_cpu_platform()
 import torch  # noqa: E402
 
 import vllm_patch  # noqa: E402
+from scalar_scales.synthetic import nvfp4_checkpoint_config  # noqa: E402
 
 TARGET = 1.03
 LAYERS, EXPERTS = 43, 256
 
 
 def nvfp4_config_folder() -> Path:
-    """A config.json with the quantization_config llm-compressor writes for NVFP4 (no weights needed)."""
-    weights = {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16, "symmetric": True}
-    config = {
-        "quantization_config": {
-            "quant_method": "compressed-tensors",
-            "format": "nvfp4-pack-quantized",
-            "quantization_status": "compressed",
-            "config_groups": {
-                "group_0": {
-                    "targets": ["Linear"],
-                    "weights": weights,
-                    "input_activations": {**weights, "dynamic": False},
-                    "format": "nvfp4-pack-quantized",
-                }
-            },
-            "ignore": ["lm_head"],
-        }
-    }
+    """A folder with just the ``config.json`` an NVFP4 artifact has: the layer needs no weights to be built."""
     folder = Path(tempfile.mkdtemp(prefix="scalar-scales-loader-bench-"))
-    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "config.json").write_text(json.dumps(nvfp4_checkpoint_config()))
     return folder
 
 

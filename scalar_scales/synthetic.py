@@ -20,7 +20,7 @@ from pathlib import Path
 
 from scalar_scales.checkpoint import CONFIG_NAME, INDEX_NAME
 
-__all__ = ["V4_FLASH", "write_synthetic_checkpoint"]
+__all__ = ["V4_FLASH", "nvfp4_checkpoint_config", "write_synthetic_checkpoint"]
 
 V4_FLASH = {"layers": 43, "experts": 256, "shards": 46}
 PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
@@ -60,7 +60,7 @@ def write_synthetic_checkpoint(
     (directory / INDEX_NAME).write_text(
         json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2)
     )
-    (directory / CONFIG_NAME).write_text(json.dumps(_config(), indent=2, sort_keys=True))
+    (directory / CONFIG_NAME).write_text(json.dumps(nvfp4_checkpoint_config(), indent=2, sort_keys=True))
     return directory
 
 
@@ -106,7 +106,8 @@ def _write_shard(path: Path, members: list[str], rows: int, packed_cols: int, rn
     return offset
 
 
-def _config() -> dict[str, object]:
+def nvfp4_checkpoint_config() -> dict[str, object]:
+    """A ``config.json`` with the ``quantization_config`` llm-compressor writes for NVFP4 (W4A4)."""
     weights = {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": GROUP, "symmetric": True}
     return {
         "architectures": ["DeepseekV4ForCausalLM"],
