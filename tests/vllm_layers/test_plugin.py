@@ -117,3 +117,17 @@ def test_to_scalar_names_weight_expert_shard_and_shape():
         "weight w13_weight_global_scale, expert 5, shard w3: a per-tensor scale must hold exactly one value, "
         "got shape (2,) (2 values)"
     )
+
+
+def test_a_loader_we_do_not_recognise_gets_a_warning_and_no_patch(monkeypatch, caplog):
+    """The structure check, run against a real vLLM class that is not a MoE loader."""
+    import vllm_patch.loaders
+
+    linear = "vllm.model_executor.layers.linear.LinearBase"
+    monkeypatch.setattr(vllm_patch.loaders, "_MOE_CLASSES", (linear,))
+    before = dict(vars(_import_dotted(linear)))
+    with caplog.at_level(logging.WARNING, logger="vllm.scalar_scales"):
+        assert vllm_patch.apply() == []
+    assert not vllm_patch.is_applied()
+    assert "MoE loader not recognised" in caplog.text and "nothing patched" in caplog.text
+    assert dict(vars(_import_dotted(linear))) == before
