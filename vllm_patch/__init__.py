@@ -41,6 +41,7 @@ ENTRY_POINT = "scalar_scales"
 _logger = logging.getLogger("vllm.scalar_scales")
 _lock = threading.Lock()
 _patches: PatchSet | None = None
+_refused = False
 
 
 def register() -> None:
@@ -62,16 +63,19 @@ def register() -> None:
 
 def apply() -> list[str]:
     """Patch the installed vLLM's MoE loader; return what was patched (empty if nothing could be)."""
-    global _patches
+    global _patches, _refused
     with _lock:
         if _patches is not None:
             return _patches.applied_targets()
+        if _refused:
+            return []
         version = _vllm_version()
         plan = plan_loader_patches()
         if plan is None:
+            _refused = True
             _logger.warning(
-                "scalar-scales: vLLM %s: MoE loader not recognised (no FusedMoE/RoutedExperts with "
-                "_load_per_tensor_weight_scale); nothing patched",
+                "scalar-scales: vLLM %s: MoE loader not recognised (no FusedMoE/RoutedExperts whose loader methods "
+                "take the parameters we patch); nothing patched",
                 version,
             )
             return []
@@ -97,8 +101,9 @@ def _apply_without_breaking_vllm() -> None:
 
 def revert() -> None:
     """Restore every patched loader method exactly (for side-by-side tests and benchmarks)."""
-    global _patches
+    global _patches, _refused
     with _lock:
+        _refused = False
         if _patches is not None:
             _patches.revert()
             _patches = None
