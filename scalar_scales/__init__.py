@@ -1,7 +1,9 @@
 """scalar-scales: fix quantized checkpoints whose per-tensor scales have the wrong shape.
 
-This package holds what the command-line tool needs and nothing heavier: the
-safetensors header reader and the checkpoint layout. It never imports torch.
+The command line (``cli``, ``scan``, ``migrate``, ``header_edit``,
+``safetensors_header``, ``checkpoint``) never imports torch and the base
+install has no dependencies. ``toy_moe`` and ``demo`` need the producer extra;
+they are imported only by ``scalar-scales demo``, the tests and benchmarks.
 """
 
 from importlib import metadata

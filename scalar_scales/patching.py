@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Patch", "PatchSet", "UnsupportedUpstreamError"]
+__all__ = ["Patch", "PatchSet", "UnsupportedUpstreamError", "import_dotted"]
 
 
 class UnsupportedUpstreamError(RuntimeError):
@@ -104,7 +104,7 @@ class PatchSet:
                 self.revert()
 
     def _resolve(self, patch: Patch) -> tuple[Any, Any]:
-        owner = _import_dotted(patch.owner)
+        owner = import_dotted(patch.owner)
         if owner is None or patch.attribute not in vars(owner):
             raise UnsupportedUpstreamError(
                 f"{self.name}: {patch.target} not found; this upstream version's internals are not "
@@ -119,7 +119,7 @@ def _installed(package: str | None) -> bool:
     return importlib.util.find_spec(package) is not None
 
 
-def _import_dotted(path: str) -> Any:
+def import_dotted(path: str) -> Any:
     """Import ``a.b.C`` as module ``a.b`` then attribute ``C``, or a module outright."""
     parts = path.split(".")
     for split in range(len(parts), 0, -1):

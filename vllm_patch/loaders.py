@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from scalar_scales.patching import Patch, _import_dotted
+from scalar_scales.patching import Patch, import_dotted
 from vllm_patch.scalar import to_scalar
 
 __all__ = ["LOADER_MODULES", "LoaderPlan", "plan_loader_patches"]
@@ -61,7 +61,7 @@ class LoaderPlan(NamedTuple):
 def plan_loader_patches() -> LoaderPlan | None:
     """The patches for the installed vLLM's MoE loader, or None when we do not recognise it."""
     for owner_path in _MOE_CLASSES:
-        owner = _import_dotted(owner_path)
+        owner = import_dotted(owner_path)
         if owner is not None and all(_has_parameters(owner, name, expected) for name, expected in _PARAMETERS.items()):
             return _plan_for(owner_path, owner)
     return None

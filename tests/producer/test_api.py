@@ -11,13 +11,13 @@ import pytest
 
 import compressed_tensors_patch
 from compressed_tensors_patch import _PATCHES
-from scalar_scales.patching import _import_dotted
+from scalar_scales.patching import import_dotted
 
 UNSUPPORTED_OVERLAY = Path(sys.prefix) / "overlays" / "compressed-tensors-0.17.0"
 
 
 def current_objects() -> list[object]:
-    return [vars(_import_dotted(p.owner))[p.attribute] for p in _PATCHES.patches]
+    return [vars(import_dotted(p.owner))[p.attribute] for p in _PATCHES.patches]
 
 
 def test_format_version_is_2():

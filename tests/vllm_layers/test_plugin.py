@@ -13,7 +13,7 @@ import pytest
 from vllm_support import is_routed_experts
 
 import vllm_patch
-from scalar_scales.patching import _import_dotted
+from scalar_scales.patching import import_dotted
 from vllm_patch.loaders import plan_loader_patches
 
 # vLLM 0.32 configures its log handlers when an engine starts; a bare discovery needs one to show INFO.
@@ -76,15 +76,15 @@ def test_register_logs_one_line_with_the_version_and_each_method(caplog):
 
 def test_register_is_idempotent():
     vllm_patch.register()
-    first = [vars(_import_dotted(p.owner))[p.attribute] for p in plan_loader_patches().patches]
+    first = [vars(import_dotted(p.owner))[p.attribute] for p in plan_loader_patches().patches]
     vllm_patch.register()
-    assert [vars(_import_dotted(p.owner))[p.attribute] for p in plan_loader_patches().patches] == first
+    assert [vars(import_dotted(p.owner))[p.attribute] for p in plan_loader_patches().patches] == first
 
 
 def test_a_path_vllm_already_coerces_is_not_coerced_twice():
     """>= 0.24 reshapes per-tensor scales through _to_scalar: that stays upstream's, untouched and not doubled."""
     plan = plan_loader_patches()
-    owner = _import_dotted(plan.owner)
+    owner = import_dotted(plan.owner)
     to_scalar_before = vars(owner).get("_to_scalar")
     vllm_patch.apply()
     assert vars(owner).get("_to_scalar") is to_scalar_before
@@ -94,7 +94,7 @@ def test_a_path_vllm_already_coerces_is_not_coerced_twice():
 
 def test_revert_restores_every_method_exactly():
     plan = plan_loader_patches()
-    owner = _import_dotted(plan.owner)
+    owner = import_dotted(plan.owner)
     before = dict(vars(owner))
     vllm_patch.apply()
     vllm_patch.revert()
@@ -125,11 +125,11 @@ def test_a_loader_we_do_not_recognise_gets_a_warning_and_no_patch(monkeypatch, c
 
     linear = "vllm.model_executor.layers.linear.LinearBase"
     monkeypatch.setattr(vllm_patch.loaders, "_MOE_CLASSES", (linear,))
-    before = dict(vars(_import_dotted(linear)))
+    before = dict(vars(import_dotted(linear)))
     with caplog.at_level(logging.WARNING, logger="vllm.scalar_scales"):
         assert vllm_patch.apply() == []
         assert vllm_patch.apply() == []
     assert not vllm_patch.is_applied()
     (record,) = caplog.records
     assert "MoE loader not recognised" in record.getMessage() and "nothing patched" in record.getMessage()
-    assert dict(vars(_import_dotted(linear))) == before
+    assert dict(vars(import_dotted(linear))) == before
