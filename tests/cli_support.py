@@ -51,3 +51,12 @@ def run_cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "scalar_scales", *map(str, args)], capture_output=True, text=True, timeout=300
     )
+
+
+def assert_migrate_refuses(target: Path, watched: Path, *fragments: str) -> None:
+    """``migrate target`` exits 2 with every fragment in its error, and no file under ``watched`` changes."""
+    before = snapshot(watched)
+    result = run_cli("migrate", target)
+    assert result.returncode == 2
+    assert all(fragment in result.stderr for fragment in fragments), result.stderr
+    assert snapshot(watched) == before

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import struct
 
-from cli_support import data_digest, make_checkpoint, rewrite_header, run_cli, shards, snapshot
+from cli_support import assert_migrate_refuses, data_digest, make_checkpoint, rewrite_header, run_cli, shards, snapshot
 
 from scalar_scales.checkpoint import read_headers
 
@@ -133,12 +133,9 @@ def make_fp8_like(checkpoint):
 
 def test_another_format_is_refused_with_an_explanation(checkpoint):
     make_fp8_like(checkpoint)
-    before = snapshot(checkpoint)
-    result = run_cli("migrate", checkpoint)
-    assert result.returncode == 2
-    assert "quantization format is 'float-quantized', not nvfp4-pack-quantized" in result.stderr
-    assert "--include GLOB" in result.stderr
-    assert snapshot(checkpoint) == before
+    assert_migrate_refuses(
+        checkpoint, checkpoint, "quantization format is 'float-quantized', not nvfp4-pack-quantized", "--include GLOB"
+    )
 
 
 def test_include_names_other_per_tensor_scales(checkpoint):
@@ -159,12 +156,7 @@ def test_include_names_other_per_tensor_scales(checkpoint):
 
 def test_hugging_face_cache_links_are_refused_by_default(tmp_path):
     snapshot_dir, blobs = hf_cache(tmp_path)
-    before = snapshot(blobs)
-    result = run_cli("migrate", snapshot_dir)
-    assert result.returncode == 2
-    assert "is a link into shared storage" in result.stderr
-    assert "--materialize" in result.stderr
-    assert snapshot(blobs) == before
+    assert_migrate_refuses(snapshot_dir, blobs, "is a link into shared storage", "--materialize")
 
 
 def test_materialize_replaces_links_with_edited_copies_and_leaves_blobs_alone(tmp_path):
