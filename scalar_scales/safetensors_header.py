@@ -17,12 +17,15 @@ shape is written, which is what an in-place edit needs.
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import operator
 import os
 import re
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property, partial
 from itertools import accumulate, compress, repeat
@@ -199,7 +202,8 @@ def read_header(path: str | os.PathLike[str]) -> SafetensorsHeader:
             raw = f.read(header_length)
     except OSError as exc:
         raise CheckpointError(path, f"cannot read: {exc.strerror or exc}") from None
-    columns = _parse_canonical(raw) or _parse_json(path, raw)
+    with _collector_paused():
+        columns = _parse_canonical(raw) or _parse_json(path, raw)
     metadata = columns.metadata
     if metadata is not None and not (isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())):
         raise CheckpointError(path, "__metadata__ must map strings to strings")
@@ -215,6 +219,23 @@ def read_header(path: str | os.PathLike[str]) -> SafetensorsHeader:
         metadata=metadata,  # type: ignore[arg-type]
         compact=columns.compact,
     )
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a header is parsed.
+
+    Parsing builds many small tuples and strings, none in a cycle; the
+    collections they would trigger cost about a third of the parse time on a
+    V4-Flash-sized checkpoint.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _parse_canonical(raw: bytes) -> _Columns | None:

@@ -14,16 +14,14 @@ sending a header between processes costs as much as parsing it.
 
 from __future__ import annotations
 
-import gc
 import math
 import mmap
 import multiprocessing
 import os
 import struct
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from functools import cached_property, partial
@@ -192,8 +190,7 @@ def scan_checkpoint(
 def _scan_shard(
     path: Path, *, nvfp4: bool | None, include: tuple[str, ...], read_values: bool, plan_to: Layout | None
 ) -> ShardScan:
-    with collector_paused():
-        header = read_header(path)
+    header = read_header(path)
     names = header.names
     if nvfp4 is None:  # a lone file without a config: NVFP4 if it has global scales
         nvfp4 = any(name.endswith(GLOBAL_SCALE_SUFFIX) for name in names)
@@ -233,23 +230,6 @@ def _map_shards(job: Callable[[Path], _T], paths: list[Path], close_in_workers: 
 def _close_fds(fds: tuple[int, ...]) -> None:
     for fd in fds:
         os.close(fd)
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a header is parsed.
-
-    Parsing builds hundreds of thousands of small tuples and strings, none in
-    a cycle; the collector would otherwise rescan them many times over (about
-    a third of the parse time on a V4-Flash-sized checkpoint).
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _included(name: str, include: Sequence[str]) -> bool:
