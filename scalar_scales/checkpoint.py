@@ -58,10 +58,6 @@ class Checkpoint:
     files: tuple[Path, ...]
     config: Path | None
 
-    @property
-    def is_folder(self) -> bool:
-        return self.root.is_dir()
-
 
 def resolve_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     """A folder (index or single ``model.safetensors``) or a single ``.safetensors`` file."""
