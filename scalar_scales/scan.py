@@ -40,7 +40,15 @@ from scalar_scales.checkpoint import (
 from scalar_scales.header_edit import HeaderEdit, Layout, plan_header_edit
 from scalar_scales.safetensors_header import CheckpointError, SafetensorsHeader, read_header
 
-__all__ = ["NVFP4_FORMAT", "CheckpointScan", "ScaleFinding", "ShardScan", "scan_checkpoint", "value_warnings"]
+__all__ = [
+    "NVFP4_FORMAT",
+    "CheckpointScan",
+    "ScaleFinding",
+    "ShardScan",
+    "declared_quantization_format",
+    "scan_checkpoint",
+    "value_warnings",
+]
 
 NVFP4_FORMAT = "nvfp4-pack-quantized"
 PARALLEL_MIN_SHARDS = 8
@@ -123,13 +131,7 @@ class CheckpointScan:
 
     @property
     def quantization_format(self) -> str | None:
-        quantization_config = (self.config or {}).get("quantization_config") or {}
-        formats = {quantization_config.get("format")} | {
-            group.get("format") for group in (quantization_config.get("config_groups") or {}).values()
-        }
-        if NVFP4_FORMAT in formats:
-            return NVFP4_FORMAT
-        return quantization_config.get("format")
+        return declared_quantization_format(self.config)
 
     @property
     def is_nvfp4(self) -> bool:
@@ -181,10 +183,20 @@ def scan_checkpoint(
     """
     checkpoint = path if isinstance(path, Checkpoint) else resolve_checkpoint(path)
     config = read_config(checkpoint.root) if checkpoint.config else None
-    probe = CheckpointScan(checkpoint, config, [])
-    nvfp4 = probe.is_nvfp4 if config is not None else None
+    nvfp4 = None if config is None else declared_quantization_format(config) == NVFP4_FORMAT
     job = partial(_scan_shard, nvfp4=nvfp4, include=tuple(include), read_values=read_values, plan_to=plan_to)
     return CheckpointScan(checkpoint, config, _map_shards(job, list(checkpoint.files), close_in_workers))
+
+
+def declared_quantization_format(config: dict[str, Any] | None) -> str | None:
+    """The compressed-tensors format a config declares; NVFP4 when any config group uses it."""
+    quantization_config = (config or {}).get("quantization_config") or {}
+    formats = {quantization_config.get("format")} | {
+        group.get("format") for group in (quantization_config.get("config_groups") or {}).values()
+    }
+    if NVFP4_FORMAT in formats:
+        return NVFP4_FORMAT
+    return quantization_config.get("format")
 
 
 def _scan_shard(
