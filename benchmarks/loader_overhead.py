@@ -44,7 +44,8 @@ LAYERS, EXPERTS = 43, 256
 def nvfp4_config_folder() -> Path:
     """A folder with just the ``config.json`` an NVFP4 artifact has: the layer needs no weights to be built."""
     folder = Path(tempfile.mkdtemp(prefix="scalar-scales-loader-bench-"))
-    (folder / "config.json").write_text(json.dumps(nvfp4_checkpoint_config()))
+    sizes = {"num_experts": EXPERTS, "hidden_size": 128, "moe_intermediate_size": 64}
+    (folder / "config.json").write_text(json.dumps(nvfp4_checkpoint_config() | sizes))
     return folder
 
 
@@ -77,12 +78,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=9)
     args = parser.parse_args()
-    from vllm.config import VllmConfig, set_current_vllm_config
-
-    with set_current_vllm_config(VllmConfig()):
-        vllm_support.init_single_process_distributed()
-        vllm_support.stub_nvfp4_backend_selection()
-        layer = vllm_support.build_moe_layer(nvfp4_config_folder(), 0, experts=EXPERTS)
+    with vllm_support.vllm_context():
+        layer = vllm_support.build_moe_layer(nvfp4_config_folder(), "model.layers.0.mlp.experts")
         rows = calls(layer)
         load_all(rows)
         seconds: dict[bool, list[float]] = {False: [], True: []}

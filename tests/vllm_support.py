@@ -8,7 +8,9 @@ runs a kernel; the layer, its parameters, its quant method and its
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,6 +51,17 @@ def stub_nvfp4_backend_selection() -> None:
     nvfp4.select_nvfp4_moe_backend = lambda config, weight_key, activation_key: (NvFp4MoeBackend.EMULATION, None)
 
 
+@contextlib.contextmanager
+def vllm_context() -> Iterator[None]:
+    """What building a real MoE layer needs on the CPU: a current vLLM config, a 1-process group, a backend."""
+    from vllm.config import VllmConfig, set_current_vllm_config
+
+    with set_current_vllm_config(VllmConfig()):
+        init_single_process_distributed()
+        stub_nvfp4_backend_selection()
+        yield
+
+
 def is_routed_experts() -> bool:
     try:
         import vllm.model_executor.layers.fused_moe.routed_experts  # noqa: F401
@@ -57,18 +70,41 @@ def is_routed_experts() -> bool:
     return True
 
 
-def build_moe_layer(artifact: Path, layer_index: int, *, experts: int = 8) -> torch.nn.Module:
-    """The MoE layer of the toy model, with the artifact's compressed-tensors quantization config."""
+EXPERT_TENSOR = re.compile(r"^(?P<layer>.+\.experts)\.(?P<expert>\d+)\.(?P<projection>\w+)\.(?P<kind>\w+)$")
+"""A per-expert checkpoint tensor, e.g. model.layers.0.mlp.experts.3.up_proj.weight_global_scale."""
+
+SHARDS = {"gate_proj": "w1", "up_proj": "w3", "down_proj": "w2"}
+"""Checkpoint projection -> vLLM shard, under the names vLLM's MoE models map by default."""
+
+
+def moe_layers(artifact: Path) -> list[str]:
+    """Every MoE layer of an artifact, as its checkpoint prefix (e.g. model.layers.0.mlp.experts)."""
+    from safetensors import safe_open
+
+    layers: set[str] = set()
+    for shard in sorted(artifact.glob("*.safetensors")):
+        with safe_open(str(shard), framework="pt") as f:
+            layers.update(match["layer"] for name in f.keys() if (match := EXPERT_TENSOR.match(name)))
+    return sorted(layers)
+
+
+def build_moe_layer(artifact: Path, prefix: str) -> torch.nn.Module:
+    """The MoE layer ``prefix`` of an artifact, sized by its config.json, with its compressed-tensors config."""
     from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import (
         CompressedTensorsConfig,
     )
 
-    quantization_config = json.loads((artifact / "config.json").read_text())["quantization_config"]
-    prefix = f"model.layers.{layer_index}.mlp.experts"
+    config = json.loads((artifact / "config.json").read_text())
+    quant_config = CompressedTensorsConfig.from_config(config["quantization_config"])
+    common = dict(
+        num_experts=config.get("num_experts") or config["num_local_experts"],
+        top_k=config.get("num_experts_per_tok", 2),
+        hidden_size=config["hidden_size"],
+        intermediate_size=config.get("moe_intermediate_size") or config["intermediate_size"],
+        quant_config=quant_config,
+    )
     with set_current_vllm_config(VllmConfig()):
-        config = CompressedTensorsConfig.from_config(quantization_config)
-        common = dict(num_experts=experts, top_k=2, hidden_size=128, intermediate_size=64, quant_config=config)
         if is_routed_experts():
             from vllm.model_executor.layers.fused_moe.layer import FusedMoEFactory
 
@@ -78,19 +114,29 @@ def build_moe_layer(artifact: Path, layer_index: int, *, experts: int = 8) -> to
         return FusedMoE(**common, params_dtype=torch.bfloat16, prefix=prefix)
 
 
-def expert_tensors(artifact: Path, layer_index: int, suffixes: tuple[str, ...]) -> Iterator[tuple[str, torch.Tensor]]:
-    """Checkpoint tensors of one layer's experts whose names end in ``suffixes``, as on disk."""
+def expert_tensors(
+    artifact: Path, prefix: str, suffixes: tuple[str, ...] = ("",)
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """Checkpoint tensors of layer ``prefix``'s experts whose names end in ``suffixes``, as on disk."""
     from safetensors import safe_open
 
-    prefix = f"model.layers.{layer_index}.mlp.experts."
     for shard in sorted(artifact.glob("*.safetensors")):
         with safe_open(str(shard), framework="pt") as f:
             for name in f.keys():
-                if name.startswith(prefix) and name.endswith(suffixes):
+                if name.startswith(f"{prefix}.") and name.endswith(suffixes):
                     yield name, f.get_tensor(name)
 
 
-def load_into_layer(layer: torch.nn.Module, weights: list[tuple[str, torch.Tensor]], *, experts: int = 8) -> None:
+def loaded_value(layer: torch.nn.Module, name: str) -> torch.Tensor:
+    """Where a per-expert global scale of the checkpoint landed in the layer: w13 rows 0 (gate) and 1 (up), w2."""
+    match = EXPERT_TENSOR.match(name)
+    assert match, name
+    shard = SHARDS[match["projection"]]
+    param = getattr(layer, f"{'w2' if shard == 'w2' else 'w13'}_{match['kind']}").data[int(match["expert"])]
+    return param if shard == "w2" else param[0 if shard == "w1" else 1]
+
+
+def load_into_layer(layer: torch.nn.Module, weights: list[tuple[str, torch.Tensor]]) -> None:
     """Load checkpoint tensors the way vLLM's Qwen3-MoE model does, through the real ``weight_loader``.
 
     0.32: ``RoutedExperts.load_weights`` (names relative to the layer).
@@ -105,7 +151,7 @@ def load_into_layer(layer: torch.nn.Module, weights: list[tuple[str, torch.Tenso
         ckpt_gate_proj_name="gate_proj",
         ckpt_down_proj_name="down_proj",
         ckpt_up_proj_name="up_proj",
-        num_experts=experts,
+        num_experts=layer.global_num_experts,
     )
     for name, tensor in weights:
         for param_name, weight_name, expert_id, shard_id in mapping:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -10,6 +9,7 @@ import pytest
 pytest.importorskip("vllm", reason="vLLM tests run in the serving and legacy-vllm environments")
 
 import vllm_support  # noqa: E402
+from roundtrip_support import all_artifacts, artifacts_root  # noqa: E402
 
 vllm_support.select_cpu_platform()
 
@@ -22,21 +22,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def artifacts() -> Path:
-    """Toy artifacts written by the producer environment (scripts/make_artifacts.py), handed over as files."""
-    path = os.environ.get("SCALAR_SCALES_ARTIFACTS")
-    if not path:
-        pytest.fail("SCALAR_SCALES_ARTIFACTS is not set: run the tests with scripts/test.sh")
-    return Path(path)
+def legacy_nvfp4() -> Path:
+    """The toy's legacy NVFP4 artifact, written by the producer environment (scripts/make_artifacts.py)."""
+    return next(a.path for a in all_artifacts(artifacts_root()) if (a.scheme, a.form) == ("NVFP4", "legacy"))
+
+
+@pytest.fixture(scope="session")
+def layer0() -> str:
+    return "model.layers.0.mlp.experts"
 
 
 @pytest.fixture(scope="session", autouse=True)
 def vllm_context():
-    from vllm.config import VllmConfig, set_current_vllm_config
-
-    with set_current_vllm_config(VllmConfig()):
-        vllm_support.init_single_process_distributed()
-        vllm_support.stub_nvfp4_backend_selection()
+    with vllm_support.vllm_context():
         yield
 
 

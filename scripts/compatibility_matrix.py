@@ -1,0 +1,218 @@
+"""Generate docs/compatibility.md from the round trip's results, and say whether the committed file was fresh.
+
+    python scripts/compatibility_matrix.py RESULTS [--doc docs/compatibility.md] [--subject TEXT]
+
+RESULTS is the folder of ``*.jsonl`` records that tests/roundtrip wrote in
+every environment (scripts/test.sh passes SCALAR_SCALES_RESULTS). The file
+is rewritten only when what it says changes; its date is the day the
+results last changed. Exit 0: the file was already current. Exit 1: it was
+stale (now regenerated; review and commit it), or the results are
+incomplete or inconsistent. Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+FORMS = {
+    "legacy": "legacy: unpatched `oneshot`",
+    "format2": "format 2: `oneshot` with `compressed_tensors_patch`",
+    "legacy-migrated": "legacy, then `scalar-scales migrate`",
+    "format2-to-legacy": "format 2, then `scalar-scales migrate --to legacy`",
+}
+SCHEMES = ("NVFP4", "NVFP4A16")
+ARTIFACT_KEY = ("producer", "scheme", "form")
+FAMILIES = ("artifact", "transformers", "vllm", "copy_")
+DATE_PREFIX = "Results last changed on "
+DEFAULT_SUBJECT = (
+    "the toy Qwen3-MoE of `scalar_scales.toy_moe` (2 layers × 8 experts; 112 NVFP4 and 56 NVFP4A16 global scales)"
+)
+
+
+class ResultsError(Exception):
+    """The results cannot make a truthful matrix: missing cells, conflicts, or disagreeing scale values."""
+
+
+def read_results(folder: Path) -> list[dict[str, Any]]:
+    rows: dict[tuple, dict[str, Any]] = {}
+    for path in sorted(folder.glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            key = (row["family"], row["consumer"], row["fix"], *(row["artifact"][k] for k in ARTIFACT_KEY))
+            if key in rows and rows[key] != row:
+                raise ResultsError(f"{path.name}: two different results for {key}")
+            rows[key] = row
+    if not rows:
+        raise ResultsError(f"{folder}: no results (*.jsonl): did the round-trip tests run?")
+    return list(rows.values())
+
+
+def check_complete_and_consistent(rows: list[dict[str, Any]]) -> None:
+    """Every consumer saw every artifact, and every consumer that loaded a scheme loaded the same values."""
+    producers = sorted({r["artifact"]["producer"] for r in rows})
+    cells = defaultdict(set)
+    for r in rows:
+        cells[r["family"], r["consumer"], r["fix"]].add(tuple(r["artifact"][k] for k in ARTIFACT_KEY))
+    expected = {(p, s, f) for p in producers for s in SCHEMES for f in FORMS}
+    for consumer, seen in sorted(cells.items()):
+        if seen != expected:
+            raise ResultsError(f"{' / '.join(consumer)}: {len(expected - seen)} of {len(expected)} results missing")
+    digests: dict[tuple[str, str], dict[str, str]] = defaultdict(dict)
+    for r in rows:
+        if r["loads"]:
+            where = f"{r['consumer']} ({r['fix']}) on {r['artifact']['producer']} {r['artifact']['form']}"
+            digests[r["artifact"]["scheme"], r["scales_scope"]].setdefault(r["scales_digest"], where)
+    for (scheme, scope), seen in digests.items():
+        if len(seen) > 1:
+            examples = " and by ".join(seen.values())
+            raise ResultsError(f"{scheme}: {scope} loaded with different values, e.g. by {examples}")
+    for r in rows:
+        if r["loads"] and r["scales_equal_disk"] is False:
+            raise ResultsError(f"{r['consumer']} ({r['fix']}): scales differ from disk on {r['artifact']}")
+
+
+def consumer_cell(row: dict[str, Any]) -> str:
+    if not row["loads"]:
+        return f"❌ fails: `{row['error']}`"
+    details = row["details"]
+    parts = ["✅ loads, scales = disk"]
+    if "memory_shape" in details:
+        parts.append(f"{details['memory_shape']} in memory")
+    verdict = details.get("weights_vs_legacy")
+    if verdict == "identical":
+        parts.append("weights ≡ legacy")
+    elif verdict not in (None, "reference"):
+        parts.append(f"⚠️ weights: {verdict} from legacy")
+    if "cosine_ok" in details:
+        parts.append("cos ≥ 0.95" if details["cosine_ok"] else "**cos < 0.95**")
+    return ", ".join(parts)
+
+
+def artifact_cell(row: dict[str, Any]) -> str:
+    d = row["details"]
+    version = d["format_version"] if d["format_version"] != 1 else "absent (1)"
+    return f"{d['global_scales']} × `{d['disk_shape']}`, format_version {version}"
+
+
+def merged(by_producer: dict[str, str]) -> str:
+    """One text when every producer's artifact gave the same result, else one per producer."""
+    if len(set(by_producer.values())) == 1:
+        return next(iter(by_producer.values()))
+    return "<br>".join(f"CT {producer}: {text}" for producer, text in sorted(by_producer.items()))
+
+
+def table(rows: list[dict[str, Any]], key_columns, cell) -> list[str]:
+    grouped: dict[tuple, dict[str, dict[str, str]]] = defaultdict(lambda: defaultdict(dict))
+    for r in rows:
+        grouped[key_columns(r)][r["artifact"]["scheme"]][r["artifact"]["producer"]] = cell(r)
+    return ["| " + " | ".join([*key, *(merged(grouped[key][s]) for s in SCHEMES)]) + " |" for key in grouped]
+
+
+def order(row: dict[str, Any]) -> tuple:
+    form = list(FORMS).index(row["artifact"]["form"])
+    return (FAMILIES.index(row["family"]), row["consumer"], row["fix"] != "none", form)
+
+
+def environments(consumers: list[dict[str, Any]]) -> list[str]:
+    seen: dict[str, str] = {}
+    for r in consumers:
+        seen.setdefault(r["consumer"], ", ".join(f"{k} {v}" for k, v in sorted(r["versions"].items())))
+    return [f"| {consumer} | {versions} |" for consumer, versions in seen.items()]
+
+
+def render(rows: list[dict[str, Any]], subject: str, date: str, doc_folder: Path) -> str:
+    check_complete_and_consistent([r for r in rows if r["family"] != "artifact"])
+    artifacts = sorted((r for r in rows if r["family"] == "artifact"), key=order)
+    consumers = sorted((r for r in rows if r["family"] != "artifact"), key=order)
+    producers = sorted({r["artifact"]["producer"] for r in rows})
+    gpu_line = (
+        "The same round trip on a GPU: [gpu-results.md](gpu-results.md)."
+        if (doc_folder / "gpu-results.md").exists()
+        else "The same round trip on a GPU (`scripts/gpu_check.sh`) has not been run yet."
+    )
+    producer_versions = sorted({", ".join(f"{k} {v}" for k, v in sorted(r["versions"].items())) for r in artifacts})
+    lines = [
+        "<!-- Generated by scripts/compatibility_matrix.py from the round trip (scripts/test.sh). Do not edit. -->",
+        "# Compatibility matrix",
+        "",
+        "Generated from one round-trip run of the test command across every environment it builds:",
+        "quantize → save → migrate → load. CI regenerates this file and fails if the committed one differs.",
+        "",
+        f"Subject: {subject}.",
+        "",
+        "Artifacts are written by real llm-compressor `oneshot` with each producer's compressed-tensors",
+        f"({', '.join(producers)}); a cell that does not name a producer held for the artifacts of all of them.",
+        "Tests: `tests/roundtrip/`.",
+        "",
+        f"{DATE_PREFIX}{date}.",
+        "",
+        "## Environments",
+        "",
+        "| consumer | versions |",
+        "|---|---|",
+        *[f"| producer | {v} |" for v in producer_versions],
+        *environments(consumers),
+        "",
+        "## Artifacts",
+        "",
+        "| form | NVFP4 global scales on disk | NVFP4A16 global scales on disk |",
+        "|---|---|---|",
+        *table(artifacts, lambda r: (FORMS[r["artifact"]["form"]],), artifact_cell),
+        "",
+        "## What each consumer makes of each form",
+        "",
+        "\"scales = disk\": every global scale the consumer loaded has the value on disk, and every consumer that",
+        "loads a scheme loads the same values. \"weights ≡ legacy\": decompressed weights bit-identical to the legacy",
+        "artifact's in the same stack. \"cos ≥ 0.95\": prompt-logits cosine against the bf16 model. vLLM rows load",
+        "every expert tensor of every MoE layer through vLLM's expert mapping and real `weight_loader`.",
+        "",
+        "| consumer | fix | artifact | NVFP4 | NVFP4A16 |",
+        "|---|---|---|---|---|",
+        *table(consumers, lambda r: (r["consumer"], r["fix"], FORMS[r["artifact"]["form"]]), consumer_cell),
+        "",
+        "## Beyond the round trip",
+        "",
+        "Each save path, other quantization formats and releases the producer patch refuses:",
+        "[producer.md](producer.md). vLLM's loader paths one by one (the `copy_` paths the plugin fixes, and",
+        "scales with more than one value): [vllm.md](vllm.md).",
+        gpu_line,
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def date_of(document: str) -> str | None:
+    for line in document.splitlines():
+        if line.startswith(DATE_PREFIX):
+            return line.removeprefix(DATE_PREFIX).rstrip(".")
+    return None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("results", type=Path)
+    parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "compatibility.md")
+    parser.add_argument("--subject", default=DEFAULT_SUBJECT, help="what the artifacts were made from")
+    args = parser.parse_args()
+    try:
+        rows = read_results(args.results)
+        current = args.doc.read_text() if args.doc.exists() else ""
+        if render(rows, args.subject, date_of(current) or "", args.doc.parent) == current:
+            print(f"{args.doc}: current")
+            return 0
+        args.doc.write_text(render(rows, args.subject, datetime.date.today().isoformat(), args.doc.parent))
+    except ResultsError as error:
+        print(f"compatibility matrix: {error}", file=sys.stderr)
+        return 1
+    print(f"{args.doc}: was stale; regenerated from the results. Review it and commit it.", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""The artifacts themselves: each form's global-scale layout and marker, identical across producers and routes.
+
+Needs only the torch-free header reader, so it runs once, in the producer
+environment; it records each artifact's layout for docs/compatibility.md.
+"""
+
+from __future__ import annotations
+
+import json
+
+from helpers import quantization_config, tensor_bytes, tensor_entries
+from roundtrip_support import MIGRATED, Artifact, Result
+
+from scalar_scales.checkpoint import format_version, is_global_scale, read_config
+
+LAYOUT = {"legacy": ("(1,)", 1), "format2": ("()", 2), "legacy-migrated": ("()", 2), "format2-to-legacy": ("(1,)", 1)}
+"""Form -> (shape of every global scale on disk, format_version)."""
+
+def described(artifact: Artifact) -> dict[str, tuple[str, tuple[int, ...]]]:
+    return {name: (e.dtype, e.shape) for name, e in tensor_entries(artifact.path).items()}
+
+
+def layout(artifact: Artifact) -> tuple[str, int]:
+    shapes = {str(e.shape) for name, e in tensor_entries(artifact.path).items() if is_global_scale(name)}
+    return " ".join(sorted(shapes)), format_version(read_config(artifact.path))
+
+
+def test_every_form_has_its_global_scale_layout_and_marker(artifact):
+    shapes, version = layout(artifact)
+    count = sum(is_global_scale(name) for name in tensor_entries(artifact.path))
+    details = {"disk_shape": shapes, "format_version": version, "global_scales": count}
+    producer = json.loads((artifact.path.parent / "producer.json").read_text())
+    Result("artifact", "none", artifact, loads=True, details=details).record("artifact", versions=producer)
+    assert (shapes, version) == LAYOUT[artifact.form]
+
+
+def test_a_migrated_artifact_equals_its_natively_written_twin(migrated):
+    twin = migrated.in_form(MIGRATED[migrated.form])
+    assert described(migrated) == described(twin)
+    assert tensor_bytes(migrated.path) == tensor_bytes(twin.path)
+    assert quantization_config(migrated.path) == quantization_config(twin.path)
+
+
+def test_every_producer_writes_the_same_tensors(across_producers):
+    """compressed-tensors 0.19.0 and 0.20.0 write byte-identical shards; only config.json's details differ."""
+    first, *others = across_producers
+    assert others, "the round trip needs artifacts from more than one producer"
+    for other in others:
+        assert (described(other), tensor_bytes(other.path)) == (described(first), tensor_bytes(first.path))

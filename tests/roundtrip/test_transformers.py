@@ -1,0 +1,156 @@
+"""Consumer: transformers + compressed-tensors, unpatched and patched, reloading through load_quantizable_moe().
+
+Runs in both producer environments (compressed-tensors 0.19.0 and 0.20.0)
+on the artifacts of both. Decompressed weights are read after the first
+forward pass, which is when compressed-tensors decompresses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("llmcompressor", reason="the transformers consumer runs in the producer environments")
+
+import compressed_tensors  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from roundtrip_support import (  # noqa: E402
+    GLOBAL_SCALE_SUFFIXES,
+    MIN_COSINE,
+    Artifact,
+    Result,
+    error_line,
+    global_scales_on_disk,
+    same_values,
+    scales_digest,
+)
+
+import compressed_tensors_patch  # noqa: E402
+from scalar_scales import toy_moe  # noqa: E402
+
+CONSUMER = f"transformers {transformers.__version__} + compressed-tensors {compressed_tensors.__version__}"
+FIXES = {False: "none", True: "compressed_tensors_patch"}
+
+
+@dataclass
+class Loaded:
+    result: Result
+    weights: dict[str, torch.Tensor]
+    logits: torch.Tensor | None
+
+
+def quantized_weights(params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The decompressed weight of every module that has a weight global scale."""
+    modules = [n.removesuffix("weight_global_scale") for n in params if n.endswith("weight_global_scale")]
+    return {f"{module}weight": params[f"{module}weight"] for module in modules}
+
+
+def differing(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> list[str]:
+    assert a.keys() == b.keys()
+    return [n for n in a if a[n].dtype != b[n].dtype or not torch.equal(a[n], b[n])]
+
+
+def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    return torch.nn.functional.cosine_similarity(a.flatten(), b.flatten(), dim=0).item()
+
+
+def load(artifact: Artifact, patched: bool, prompt_ids: torch.Tensor) -> Loaded:
+    result = Result(CONSUMER, FIXES[patched], artifact, loads=False)
+    compressed_tensors_patch.apply() if patched else compressed_tensors_patch.revert()
+    try:
+        model = toy_moe.load_reference(artifact.path)
+        with torch.no_grad():
+            logits = model(prompt_ids).logits.float()
+    except Exception as error:
+        result.error = error_line(error)
+        return Loaded(result, {}, None)
+    finally:
+        compressed_tensors_patch.revert()
+    params = {name: p.detach() for name, p in model.named_parameters()}
+    scales = {n: p for n, p in params.items() if n.endswith(GLOBAL_SCALE_SUFFIXES)}
+    result.loads = True
+    result.scales_equal_disk = same_values(scales, global_scales_on_disk(artifact.path))
+    result.scales_digest = scales_digest(scales)
+    result.details["memory_shape"] = " ".join(sorted({str(tuple(t.shape)) for t in scales.values()}))
+    return Loaded(result, quantized_weights(params), logits)
+
+
+@pytest.fixture(scope="session")
+def prompt_ids() -> torch.Tensor:
+    return torch.randint(0, toy_moe.VOCAB_SIZE, (2, 16), generator=torch.Generator().manual_seed(1))
+
+
+@pytest.fixture(scope="session")
+def bf16_logits(bf16_dir: Path, prompt_ids: torch.Tensor) -> torch.Tensor:
+    model = transformers.AutoModelForCausalLM.from_pretrained(bf16_dir, dtype=torch.bfloat16)
+    with torch.no_grad():
+        return model(prompt_ids).logits.float()
+
+
+def compare_with_legacy(entry: Loaded, legacy: Loaded | None) -> str:
+    if legacy is None:
+        return "reference"
+    if not legacy.result.loads:
+        return "legacy did not load"
+    changed = differing(legacy.weights, entry.weights)
+    return "identical" if not changed else f"{len(changed)} of {len(entry.weights)} differ"
+
+
+@pytest.fixture(scope="session")
+def loaded(prompt_ids, bf16_logits):
+    """``loaded(artifact, patched)``: each (artifact, stack) loaded, compared and recorded once."""
+    cache: dict[tuple[str, bool], Loaded] = {}
+
+    def get(artifact: Artifact, patched: bool) -> Loaded:
+        key = (artifact.id, patched)
+        if key in cache:
+            return cache[key]
+        entry = cache[key] = load(artifact, patched, prompt_ids)
+        if entry.result.loads:
+            legacy = None if artifact.form == "legacy" else get(artifact.in_form("legacy"), patched)
+            entry.result.details["weights_vs_legacy"] = compare_with_legacy(entry, legacy)
+            entry.result.details["cosine_ok"] = cosine(entry.logits, bf16_logits) >= MIN_COSINE
+        entry.result.record("transformers")
+        return entry
+
+    return get
+
+
+@pytest.mark.parametrize("patched", [True, False], ids=["patched", "unpatched"])
+def test_every_form_loads(loaded, artifact, patched):
+    """Both stacks load all four forms (what the unpatched one makes of 0-D scales is the next tests' subject)."""
+    result = loaded(artifact, patched).result
+    assert result.loads, result.error
+
+
+@pytest.mark.parametrize("patched", [True, False], ids=["patched", "unpatched"])
+def test_loaded_global_scales_equal_the_values_on_disk(loaded, artifact, patched):
+    assert loaded(artifact, patched).result.scales_equal_disk
+
+
+def test_patched_stack_decompresses_every_form_bit_identically_to_legacy(loaded, artifact):
+    assert loaded(artifact, True).result.details["weights_vs_legacy"] in ("reference", "identical")
+
+
+def test_patched_stack_logits_match_bf16(loaded, artifact):
+    assert loaded(artifact, True).result.details["cosine_ok"]
+
+
+def test_patched_stack_keeps_global_scales_1_shaped_in_memory(loaded, artifact):
+    assert loaded(artifact, True).result.details["memory_shape"] == "(1,)"
+
+
+@pytest.mark.parametrize("patched", [True, False], ids=["patched", "unpatched"])
+def test_loaded_scale_values_are_identical_across_the_four_forms(loaded, family, patched):
+    assert len({loaded(artifact, patched).result.scales_digest for artifact in family}) == 1
+
+
+def test_unpatched_stack_decompresses_0d_artifacts_differently_from_legacy(loaded, artifact):
+    """Upstream behaviour, shown rather than assumed: with a 0-D float32 global scale, `scale / global_scale`
+    stays bf16 where (1,) promotes to float32, so 0-D forms decompress to different weights."""
+    on_disk_0d = artifact.form in ("format2", "legacy-migrated")
+    verdict = loaded(artifact, False).result.details["weights_vs_legacy"]
+    assert (verdict not in ("reference", "identical")) == on_disk_0d

@@ -1,0 +1,104 @@
+"""Consumer: vLLM's MoE layer (0.32 `RoutedExperts`, 0.23 `FusedMoE`), with and without the plugin.
+
+Every MoE layer of each artifact is built as a real vLLM layer with the
+artifact's compressed-tensors config, and every expert tensor (packed
+weights, group scales, both global scales) loads through vLLM's expert
+mapping and real ``weight_loader``; the layer's global scales are then
+compared with the experts' values on disk (the attention projections'
+scales belong to vLLM's linear layers, not to this loader). Runs in the serving and legacy-vllm
+environments.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("vllm", reason="the vLLM consumer runs in the serving and legacy-vllm environments")
+
+import vllm_support  # noqa: E402
+
+vllm_support.select_cpu_platform()
+
+import torch  # noqa: E402
+import vllm  # noqa: E402
+from roundtrip_support import (  # noqa: E402
+    GLOBAL_SCALE_SUFFIXES,
+    Artifact,
+    Result,
+    error_line,
+    global_scales_on_disk,
+    same_values,
+    scales_digest,
+)
+
+import vllm_patch  # noqa: E402
+
+LOADER = "RoutedExperts" if vllm_support.is_routed_experts() else "FusedMoE"
+CONSUMER = f"vLLM {vllm.__version__} {LOADER}"
+FIXES = {False: "none", True: "scalar_scales plugin"}
+
+
+def load(artifact: Artifact, plugin: bool) -> Result:
+    result = Result(CONSUMER, FIXES[plugin], artifact, loads=False, scales_scope="expert global scales")
+    vllm_patch.apply() if plugin else vllm_patch.revert()
+    scales: dict[str, torch.Tensor] = {}
+    try:
+        for prefix in vllm_support.moe_layers(artifact.path):
+            layer = vllm_support.build_moe_layer(artifact.path, prefix)
+            weights = list(vllm_support.expert_tensors(artifact.path, prefix))
+            vllm_support.load_into_layer(layer, weights)
+            names = [name for name, _ in weights if name.endswith(GLOBAL_SCALE_SUFFIXES)]
+            scales.update({name: vllm_support.loaded_value(layer, name).clone() for name in names})
+    except Exception as error:
+        result.error = error_line(error)
+        return result
+    finally:
+        vllm_patch.revert()
+    result.loads = True
+    on_disk = global_scales_on_disk(artifact.path)
+    expert_scales = {n: t for n, t in on_disk.items() if vllm_support.EXPERT_TENSOR.match(n)}
+    result.scales_equal_disk = same_values(scales, expert_scales)
+    result.scales_digest = scales_digest(scales)
+    return result
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _vllm_context():
+    with vllm_support.vllm_context():
+        yield
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    """``loaded(artifact, plugin)``: each (artifact, plugin state) loaded and recorded once."""
+    cache: dict[tuple[str, bool], Result] = {}
+
+    def get(artifact: Artifact, plugin: bool) -> Result:
+        if (artifact.id, plugin) not in cache:
+            cache[artifact.id, plugin] = result = load(artifact, plugin)
+            result.record("vllm")
+        return cache[artifact.id, plugin]
+
+    return get
+
+
+def test_every_form_loads_with_the_plugin(loaded, artifact):
+    result = loaded(artifact, True)
+    assert result.loads, result.error
+
+
+def test_every_form_loads_without_the_plugin_too(loaded, artifact):
+    """Upstream behaviour, shown rather than assumed: the NVFP4 global-scale path assigns by item
+    (`param[e][i] = t`), which accepts (1,) and 0-D alike, on both vLLM generations."""
+    result = loaded(artifact, False)
+    assert result.loads, result.error
+
+
+@pytest.mark.parametrize("plugin", [True, False], ids=["plugin", "no-plugin"])
+def test_every_global_scale_lands_with_its_on_disk_value(loaded, artifact, plugin):
+    assert loaded(artifact, plugin).scales_equal_disk
+
+
+@pytest.mark.parametrize("plugin", [True, False], ids=["plugin", "no-plugin"])
+def test_loaded_scale_values_are_identical_across_the_four_forms(loaded, family, plugin):
+    assert len({loaded(artifact, plugin).scales_digest for artifact in family}) == 1

