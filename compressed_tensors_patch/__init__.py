@@ -6,6 +6,10 @@ unchanged) and ``config.json`` declares ``quantization_config.format_version
 = 2``. In-memory parameters keep shape (1,); loading follows the marker, so
 legacy and format-2 artifacts both load and decompress bit-identically.
 
+A compressed-tensors that has the same change natively (see
+``upstream/compressed-tensors.patch``) is detected, and then ``apply()``
+does nothing but say so: the runtime patch retires itself.
+
     import compressed_tensors_patch
 
     with compressed_tensors_patch.applied():
@@ -15,10 +19,10 @@ legacy and format-2 artifacts both load and decompress bit-identically.
 from __future__ import annotations
 
 import logging
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 
 from compressed_tensors_patch.scales import GlobalScaleShapeError
-from compressed_tensors_patch.versions import SUPPORTED_VERSIONS, check_installed
+from compressed_tensors_patch.versions import SUPPORTED_VERSIONS, check_installed, native_support
 from compressed_tensors_patch.wrappers import (
     wrap_compress,
     wrap_compress_model,
@@ -80,9 +84,14 @@ _PATCHES = PatchSet(
 def apply() -> None:
     """Patch compressed-tensors (and llm-compressor's model-free path) in this process.
 
-    Idempotent. Raises :class:`UnsupportedUpstreamError`, with nothing
-    patched, on a compressed-tensors release we have not read.
+    Idempotent. Does nothing, and says so, where compressed-tensors writes
+    0-D global scales natively. Raises :class:`UnsupportedUpstreamError`, with
+    nothing patched, on any other release we have not read.
     """
+    native = native_support()
+    if native is not None:
+        _logger.info("scalar-scales: %s writes 0-D global scales natively; nothing to patch", native)
+        return
     upstream = _PATCHES.apply()
     if upstream is not None:
         _logger.info(
@@ -101,4 +110,7 @@ def is_applied() -> bool:
 
 def applied() -> AbstractContextManager[None]:
     """Apply for the duration of a ``with`` block; revert on exit unless it was applied before."""
+    if native_support() is not None:
+        apply()
+        return nullcontext()
     return _PATCHES.applied()

@@ -12,8 +12,11 @@
 # scripts/compatibility_matrix.py turns that into docs/compatibility.md. The
 # run fails if the committed matrix differs from what this run produced.
 #
+# Then scripts/verify_upstream_patch.sh checks upstream/compressed-tensors.patch
+# against compressed-tensors 0.20.0's own test suite and our producer artifacts.
+#
 # Extra arguments go to every pytest run, e.g. `scripts/test.sh -k marker`;
-# a run narrowed that way does not check the matrix.
+# a run narrowed that way checks neither the matrix nor the upstream patch.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -50,6 +53,8 @@ run "vLLM and round-trip tests, vLLM 0.23.0" \
 if (($# == 0)); then
   run "docs/compatibility.md is what this run produced" \
     "$PRODUCER/bin/python" scripts/compatibility_matrix.py "$SCALAR_SCALES_RESULTS"
+  run "upstream/compressed-tensors.patch against compressed-tensors 0.20.0's own test suite" \
+    scripts/verify_upstream_patch.sh "$CT020/bin/python"
 fi
 
 if ((${#failed[@]})); then

@@ -13,6 +13,15 @@ from transformers import AutoModelForCausalLM
 import compressed_tensors_patch
 from scalar_scales import toy_moe
 
+SAVE_PATH_CASES: list[tuple[str, str]] = [
+    ("NVFP4", "save_pretrained"),
+    ("NVFP4", "output_dir"),
+    ("NVFP4A16", "save_pretrained"),
+    ("NVFP4A16", "output_dir"),
+    ("NVFP4A16", "model_free"),
+]
+"""(scheme, save path) pairs: the model-free path cannot calibrate activations, so it has no NVFP4 (W4A4) artifact."""
+
 
 def load_bf16(bf16_dir: Path) -> torch.nn.Module:
     return AutoModelForCausalLM.from_pretrained(bf16_dir, dtype=torch.bfloat16)

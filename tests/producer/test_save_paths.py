@@ -4,17 +4,10 @@ from __future__ import annotations
 
 import pytest
 from helpers import global_scale_shapes, tensor_bytes, tensor_entries
+from producer_support import SAVE_PATH_CASES as CASES
 
 from scalar_scales.checkpoint import is_global_scale
 
-# The model-free path cannot calibrate activations, so it has no NVFP4 (W4A4) artifact.
-CASES = [
-    ("NVFP4", "save_pretrained"),
-    ("NVFP4", "output_dir"),
-    ("NVFP4A16", "save_pretrained"),
-    ("NVFP4A16", "output_dir"),
-    ("NVFP4A16", "model_free"),
-]
 EXPECTED_GLOBAL_SCALES = {"NVFP4": 112, "NVFP4A16": 56}
 
 
