@@ -23,6 +23,7 @@ __all__ = [
     "calibration_dataset",
     "load_reference",
     "oneshot_kwargs",
+    "prompt_ids",
     "recipe",
     "toy_config",
     "toy_tokenizer",
@@ -88,6 +89,12 @@ def calibration_dataset(*, seed: int = 0) -> Any:
     generator = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, VOCAB_SIZE, (CALIBRATION_SAMPLES, CALIBRATION_LENGTH), generator=generator)
     return Dataset.from_dict({"input_ids": ids.tolist(), "attention_mask": torch.ones_like(ids).tolist()})
+
+
+def prompt_ids(*, count: int = 2, length: int = 16, seed: int = 1) -> list[list[int]]:
+    """Fixed token-id prompts, the same wherever they are made (serving tests compare across environments)."""
+    ids = torch.randint(0, VOCAB_SIZE, (count, length), generator=torch.Generator().manual_seed(seed))
+    return ids.tolist()
 
 
 def recipe(scheme: str) -> Any:

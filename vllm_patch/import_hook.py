@@ -17,9 +17,13 @@ _lock = threading.Lock()
 
 def call_after_import(modules: Iterable[str], callback: Callable[[], Any]) -> None:
     """Call ``callback`` once, just after the first of ``modules`` finishes executing."""
+    watched = frozenset(modules)
     with _lock:
-        if not any(isinstance(finder, _AfterImport) for finder in sys.meta_path):
-            sys.meta_path.insert(0, _AfterImport(frozenset(modules), callback))
+        if not any(
+            isinstance(finder, _AfterImport) and (finder.modules, finder.callback) == (watched, callback)
+            for finder in sys.meta_path
+        ):
+            sys.meta_path.insert(0, _AfterImport(watched, callback))
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):

@@ -1,0 +1,98 @@
+"""vLLM on the CPU: the toy MoE served as emulated NVFP4 against the same model unquantized, side by side.
+
+    OMP_NUM_THREADS=1 python benchmarks/serve_cpu.py ARTIFACTS [--rounds 3] [--tokens 64]
+
+ARTIFACTS is a folder from scripts/make_artifacts.py (bf16/ and
+ct-<version>/NVFP4-legacy, NVFP4A16-legacy). Run it in the serving
+environment. Each measurement is a fresh process, as a server would be:
+engine start-up (the ``vllm.LLM`` constructor, after imports) and decode
+throughput (4 prompts, greedy, ``--tokens`` new tokens each, EOS ignored).
+Rounds rotate the order of the models; figures are medians, and ratios are
+emulated / unquantized.
+
+The ratio is taken in float32: in this sandbox the unquantized bf16 baseline
+dies with SIGILL in vLLM's AMX MoE kernel (the OS does not grant AMX), which
+the emulation does not use. An emulated bf16 row is printed for reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PROMPTS = [[5 + i, 6 + i, 7 + i, 8 + i] for i in range(4)]
+
+
+def one(model: str, dtype: str, tokens: int) -> dict[str, float]:
+    """Start an engine and decode; runs in its own process."""
+    from vllm import LLM, SamplingParams
+
+    start = time.perf_counter()
+    llm = LLM(model=model, dtype=dtype, max_model_len=256, max_num_seqs=4, enforce_eager=True,
+              gpu_memory_utilization=0.05)
+    started = time.perf_counter() - start
+    params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
+    llm.generate([{"prompt_token_ids": p} for p in PROMPTS], params, use_tqdm=False)  # warm-up
+    start = time.perf_counter()
+    outputs = llm.generate([{"prompt_token_ids": p} for p in PROMPTS], params, use_tqdm=False)
+    elapsed = time.perf_counter() - start
+    generated = sum(len(o.outputs[0].token_ids) for o in outputs)
+    return {"startup_s": started, "tokens_per_s": generated / elapsed}
+
+
+def measure(model: Path, dtype: str, tokens: int) -> dict[str, float]:
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    command = [sys.executable, __file__, "--one", str(model), "--dtype", dtype, "--tokens", str(tokens)]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    if result.returncode != 0:
+        raise SystemExit(f"{model} ({dtype}) failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("artifacts", nargs="?", type=Path)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(one(args.one, args.dtype, args.tokens)))
+        return
+
+    producer = sorted(args.artifacts.glob("ct-*"))[0]
+    cases = {
+        "unquantized float32": (args.artifacts / "bf16", "float32"),
+        "NVFP4 emulated float32": (producer / "NVFP4-legacy", "float32"),
+        "NVFP4A16 emulated float32": (producer / "NVFP4A16-legacy", "float32"),
+        "NVFP4 emulated bf16": (producer / "NVFP4-legacy", "bfloat16"),
+    }
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in cases}
+    names = list(cases)
+    for round_ in range(args.rounds):
+        for name in names[round_ % len(names):] + names[: round_ % len(names)]:
+            runs[name].append(measure(*cases[name], args.tokens))
+
+    def median(name: str, key: str) -> float:
+        return statistics.median(run[key] for run in runs[name])
+
+    base = "unquantized float32"
+    print(f"toy Qwen3-MoE, vLLM CPU, {args.rounds} rounds, 4 prompts x {args.tokens} tokens, medians")
+    print(f"{'model':28} {'start-up s':>10} {'tokens/s':>9} {'start ratio':>11} {'tok/s ratio':>11}")
+    for name in names:
+        startup, rate = median(name, "startup_s"), median(name, "tokens_per_s")
+        print(
+            f"{name:28} {startup:10.2f} {rate:9.1f} {startup / median(base, 'startup_s'):11.2f} "
+            f"{rate / median(base, 'tokens_per_s'):11.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

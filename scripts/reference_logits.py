@@ -1,0 +1,48 @@
+"""Reference logits for the served artifacts: transformers + compressed-tensors, in a producer environment.
+
+    python scripts/reference_logits.py ARTIFACTS
+
+For every artifact of ARTIFACTS/ct-<version>/ (scripts/make_artifacts.py),
+loads it through llm-compressor's ``load_quantizable_moe()`` with
+``compressed_tensors_patch`` applied and writes
+ARTIFACTS/reference/<version>-<scheme>-<form>.json: the prompts
+(``toy_moe.prompt_ids()``) and, per prompt position, the logits minus their
+mean. compressed-tensors runs the NVFP4 activation fake-quantization itself.
+The engine tests (tests/engine) compare vLLM's output with these.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import warnings
+from pathlib import Path
+
+
+def main(artifacts: Path) -> None:
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    warnings.filterwarnings("ignore")
+    import torch
+    from loguru import logger
+
+    import compressed_tensors_patch
+    from scalar_scales import toy_moe
+
+    logger.remove()
+    prompts = toy_moe.prompt_ids()
+    out = artifacts / "reference"
+    out.mkdir(exist_ok=True)
+    for artifact in sorted(p for p in artifacts.glob("ct-*/*") if (p / "config.json").is_file()):
+        with compressed_tensors_patch.applied():
+            model = toy_moe.load_reference(artifact)
+            with torch.no_grad():
+                logits = model(torch.tensor(prompts)).logits.float()
+        centred = logits - logits.mean(dim=-1, keepdim=True)
+        name = f"{artifact.parent.name.removeprefix('ct-')}-{artifact.name}.json"
+        (out / name).write_text(json.dumps({"prompts": prompts, "centred_logits": centred.tolist()}))
+    print(out)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))

