@@ -23,6 +23,16 @@ SAVE_PATH_CASES: list[tuple[str, str]] = [
 """(scheme, save path) pairs: the model-free path cannot calibrate activations, so it has no NVFP4 (W4A4) artifact."""
 
 
+def differing(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> list[str]:
+    """Names of the parameters whose dtype or values differ between two loads of the same model."""
+    assert a.keys() == b.keys()
+    return [n for n in a if a[n].dtype != b[n].dtype or not torch.equal(a[n].reshape(-1), b[n].reshape(-1))]
+
+
+def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    return torch.nn.functional.cosine_similarity(a.flatten(), b.flatten(), dim=0).item()
+
+
 def load_bf16(bf16_dir: Path) -> torch.nn.Module:
     return AutoModelForCausalLM.from_pretrained(bf16_dir, dtype=torch.bfloat16)
 

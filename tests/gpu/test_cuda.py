@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers import global_scale_shapes
+from producer_support import cosine, differing
 
 import compressed_tensors_patch
 import vllm_patch
@@ -34,18 +35,18 @@ def test_quantizing_on_cuda_writes_the_forms_global_scale_shape(quantized, repor
 @pytest.mark.parametrize("patched", [False, True], ids=["legacy", "format2"])
 def test_reloading_on_cuda_matches_the_bf16_logits(quantized, device, prompt_ids, bf16_logits, report, scheme, patched):
     _, logits = reload(quantized(scheme, patched), device, prompt_ids)
-    cosine = torch.nn.functional.cosine_similarity(logits.flatten(), bf16_logits.flatten(), dim=0).item()
-    report(f"{scheme} {'format 2' if patched else 'legacy'} reloaded: logits cosine vs bf16", f"{cosine:.4f}")
-    assert cosine >= MIN_COSINE
+    similarity = cosine(logits, bf16_logits)
+    report(f"{scheme} {'format 2' if patched else 'legacy'} reloaded: logits cosine vs bf16", f"{similarity:.4f}")
+    assert similarity >= MIN_COSINE
 
 
 @pytest.mark.parametrize("scheme", toy_moe.SCHEMES)
 def test_both_forms_decompress_bit_identically_on_cuda(quantized, device, prompt_ids, report, scheme):
     legacy, _ = reload(quantized(scheme, False), device, prompt_ids)
     scalar, _ = reload(quantized(scheme, True), device, prompt_ids)
-    differing = [n for n in legacy if legacy[n].dtype != scalar[n].dtype or not torch.equal(legacy[n], scalar[n])]
-    report(f"{scheme} legacy vs format 2: decompressed parameters that differ", f"{len(differing)} of {len(legacy)}")
-    assert differing == []
+    changed = differing(legacy, scalar)
+    report(f"{scheme} legacy vs format 2: decompressed parameters that differ", f"{len(changed)} of {len(legacy)}")
+    assert changed == []
 
 
 def test_to_scalar_gives_a_0d_view_of_a_cuda_scale(device, report):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from producer_support import cosine, differing
 
 import compressed_tensors_patch
 from scalar_scales import toy_moe
@@ -22,15 +23,6 @@ def load_and_run(path, prompt_ids, *, patched: bool) -> tuple[dict[str, torch.Te
     finally:
         compressed_tensors_patch.revert()
     return {name: p.detach() for name, p in model.named_parameters()}, logits
-
-
-def differing(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> list[str]:
-    assert a.keys() == b.keys()
-    return [n for n in a if a[n].dtype != b[n].dtype or not torch.equal(a[n].reshape(-1), b[n].reshape(-1))]
-
-
-def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
-    return torch.nn.functional.cosine_similarity(a.flatten(), b.flatten(), dim=0).item()
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)

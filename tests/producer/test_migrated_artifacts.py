@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 from helpers import quantization_config, tensor_bytes, tensor_entries
-from test_loading import differing, load_and_run
+from producer_support import differing
+from test_loading import load_and_run
 
 from scalar_scales import toy_moe
 

@@ -17,6 +17,7 @@ pytest.importorskip("llmcompressor", reason="the transformers consumer runs in t
 import compressed_tensors  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
+from producer_support import cosine, differing  # noqa: E402
 from roundtrip_support import (  # noqa: E402
     GLOBAL_SCALE_SUFFIXES,
     MIN_COSINE,
@@ -46,15 +47,6 @@ def quantized_weights(params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor
     """The decompressed weight of every module that has a weight global scale."""
     modules = [n.removesuffix("weight_global_scale") for n in params if n.endswith("weight_global_scale")]
     return {f"{module}weight": params[f"{module}weight"] for module in modules}
-
-
-def differing(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> list[str]:
-    assert a.keys() == b.keys()
-    return [n for n in a if a[n].dtype != b[n].dtype or not torch.equal(a[n], b[n])]
-
-
-def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
-    return torch.nn.functional.cosine_similarity(a.flatten(), b.flatten(), dim=0).item()
 
 
 def load(artifact: Artifact, patched: bool, prompt_ids: torch.Tensor) -> Loaded:

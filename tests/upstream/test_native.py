@@ -9,7 +9,7 @@ import shutil
 import pytest
 import torch
 from helpers import global_scale_shapes, tensor_bytes, tensor_entries
-from producer_support import SAVE_PATH_CASES, quantize_to
+from producer_support import SAVE_PATH_CASES, differing, quantize_to
 
 import compressed_tensors_patch
 from scalar_scales import toy_moe
@@ -82,4 +82,4 @@ def test_native_stack_decompresses_legacy_and_format2_bit_identically(native, tm
         params.append({name: p.detach() for name, p in model.named_parameters()})
     legacy, scalar = params
     assert global_scale_shapes(legacy_dir) == {(1,)}
-    assert [n for n in legacy if legacy[n].dtype != scalar[n].dtype or not torch.equal(legacy[n], scalar[n])] == []
+    assert differing(legacy, scalar) == []
