@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -93,6 +94,19 @@ def same_values(loaded: dict[str, torch.Tensor], on_disk: dict[str, torch.Tensor
     return loaded.keys() == on_disk.keys() and all(
         torch.equal(loaded[n].reshape(-1).to(torch.float32), on_disk[n].reshape(-1).to(torch.float32)) for n in on_disk
     )
+
+
+def recorded_loads(load: Callable[[Artifact, bool], Result], family: str) -> Callable[[Artifact, bool], Result]:
+    """``load`` cached per (artifact, with the fix or not), each result recorded once for the matrix."""
+    cache: dict[tuple[str, bool], Result] = {}
+
+    def get(artifact: Artifact, fixed: bool) -> Result:
+        if (artifact.id, fixed) not in cache:
+            cache[artifact.id, fixed] = result = load(artifact, fixed)
+            result.record(family)
+        return cache[artifact.id, fixed]
+
+    return get
 
 
 def error_line(error: BaseException) -> str:

@@ -10,7 +10,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from roundtrip_support import Artifact, Result, error_line, global_scales_on_disk, same_values, scales_digest
+from roundtrip_support import (
+    Artifact,
+    Result,
+    error_line,
+    global_scales_on_disk,
+    recorded_loads,
+    same_values,
+    scales_digest,
+)
 
 import vllm_patch
 
@@ -37,15 +45,7 @@ def load(artifact: Artifact, fixed: bool) -> Result:
 @pytest.fixture(scope="module")
 def loaded():
     """``loaded(artifact, fixed)``: each (artifact, fix) loaded and recorded once."""
-    cache: dict[tuple[str, bool], Result] = {}
-
-    def get(artifact: Artifact, fixed: bool) -> Result:
-        if (artifact.id, fixed) not in cache:
-            cache[artifact.id, fixed] = result = load(artifact, fixed)
-            result.record("copy_")
-        return cache[artifact.id, fixed]
-
-    return get
+    return recorded_loads(load, "copy_")
 
 
 def test_every_form_loads_through_to_scalar(loaded, artifact):

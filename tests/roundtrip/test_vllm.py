@@ -27,6 +27,7 @@ from roundtrip_support import (  # noqa: E402
     Result,
     error_line,
     global_scales_on_disk,
+    recorded_loads,
     same_values,
     scales_digest,
 )
@@ -71,15 +72,7 @@ def _vllm_context():
 @pytest.fixture(scope="module")
 def loaded():
     """``loaded(artifact, plugin)``: each (artifact, plugin state) loaded and recorded once."""
-    cache: dict[tuple[str, bool], Result] = {}
-
-    def get(artifact: Artifact, plugin: bool) -> Result:
-        if (artifact.id, plugin) not in cache:
-            cache[artifact.id, plugin] = result = load(artifact, plugin)
-            result.record("vllm")
-        return cache[artifact.id, plugin]
-
-    return get
+    return recorded_loads(load, "vllm")
 
 
 def test_every_form_loads_with_the_plugin(loaded, artifact):
