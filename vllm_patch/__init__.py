@@ -124,8 +124,12 @@ def apply_emulation(module: str) -> None:
     with _emulation_lock:
         if module in _emulation:
             return
+        def check() -> str:
+            check_structure(module)
+            return f"vLLM {_vllm_version()}"
+
         name = f"vllm_patch.nvfp4_emulation ({module.rsplit('.', 1)[-1]})"
-        patches = PatchSet(name, EMULATION_PATCHES[module], check=functools.partial(check_structure, module))
+        patches = PatchSet(name, EMULATION_PATCHES[module], check)
         try:
             patches.apply()
         except Exception as error:  # noqa: BLE001 - reported, never raised into vLLM's import

