@@ -47,6 +47,7 @@ def test_load_w2_into_a_scalar_slot_fails_only_for_the_1_shape_without_the_plugi
 def test_a_scale_with_two_values_fails_naming_weight_expert_and_shard(legacy_nvfp4, layer0):
     vllm_patch.apply()
     layer = build_moe_layer(legacy_nvfp4, layer0)
+    layer.w2_weight_global_scale.data.copy_(torch.arange(8.0))  # the layer is built with torch.empty: maybe NaN
     before = layer.w2_weight_global_scale.data.clone()
     name = "model.layers.0.mlp.experts.3.down_proj.weight_global_scale"
     with pytest.raises(vllm_patch.ScaleShapeError) as error:
