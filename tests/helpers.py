@@ -15,6 +15,11 @@ def tensor_entries(checkpoint: Path) -> dict[str, TensorEntry]:
     return {name: entry for header in read_headers(checkpoint) for name, entry in header.tensors.items()}
 
 
+def described(checkpoint: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Every tensor's dtype and shape, as the headers say: what two checkpoints must share to be the same."""
+    return {name: (e.dtype, e.shape) for name, e in tensor_entries(checkpoint).items()}
+
+
 def global_scale_shapes(checkpoint: Path) -> set[tuple[int, ...]]:
     return {e.shape for name, e in tensor_entries(checkpoint).items() if is_global_scale(name)}
 

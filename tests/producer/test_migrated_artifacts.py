@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import quantization_config, tensor_bytes, tensor_entries
+from helpers import described, quantization_config, tensor_bytes
 from producer_support import differing
 from test_loading import load_and_run
 
@@ -21,10 +21,6 @@ def migrate(source: Path, target: Path, *args: str) -> Path:
     result = subprocess.run([str(cli), "migrate", str(target), *args], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     return target
-
-
-def described(checkpoint: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
-    return {name: (e.dtype, e.shape) for name, e in tensor_entries(checkpoint).items()}
 
 
 @pytest.mark.parametrize("scheme", toy_moe.SCHEMES)

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 import torch
-from helpers import global_scale_shapes, tensor_bytes, tensor_entries
+from helpers import described, global_scale_shapes, tensor_bytes
 from producer_support import SAVE_PATH_CASES, differing, quantize_to
 
 import compressed_tensors_patch
@@ -17,10 +17,6 @@ from scalar_scales.checkpoint import FORMAT_VERSION_KEY
 from scalar_scales.migrate import migrate_checkpoint
 
 ARTIFACT_FILES = ("model.safetensors", "config.json")
-
-
-def described(path) -> dict[str, tuple[str, tuple[int, ...]]]:
-    return {name: (e.dtype, e.shape) for name, e in tensor_entries(path).items()}
 
 
 @pytest.fixture(scope="session")
