@@ -19,14 +19,16 @@ import sys
 import warnings
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
+
 
 def main(artifacts: Path) -> None:
     os.environ.setdefault("TQDM_DISABLE", "1")
     warnings.filterwarnings("ignore")
     import torch
     from loguru import logger
+    from producer_support import load_and_run
 
-    import compressed_tensors_patch
     from scalar_scales import toy_moe
 
     logger.remove()
@@ -34,10 +36,7 @@ def main(artifacts: Path) -> None:
     out = artifacts / "reference"
     out.mkdir(exist_ok=True)
     for artifact in sorted(p for p in artifacts.glob("ct-*/*") if (p / "config.json").is_file()):
-        with compressed_tensors_patch.applied():
-            model = toy_moe.load_reference(artifact)
-            with torch.no_grad():
-                logits = model(torch.tensor(prompts)).logits.float()
+        _, logits = load_and_run(artifact, torch.tensor(prompts), patched=True)
         centred = logits - logits.mean(dim=-1, keepdim=True)
         name = f"{artifact.parent.name.removeprefix('ct-')}-{artifact.name}.json"
         (out / name).write_text(json.dumps({"prompts": prompts, "centred_logits": centred.tolist()}))

@@ -33,6 +33,24 @@ def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
     return torch.nn.functional.cosine_similarity(a.flatten(), b.flatten(), dim=0).item()
 
 
+def load_and_run(
+    path: Path, prompt_ids: torch.Tensor, *, patched: bool, device: str | torch.device = "cpu"
+) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Decompressed parameters (after the first forward) and logits of a checkpoint, loaded for reference.
+
+    compressed-tensors decompresses on the first forward pass, so the
+    parameters are read after it. The patch is on or off for the load only.
+    """
+    compressed_tensors_patch.apply() if patched else compressed_tensors_patch.revert()
+    try:
+        model = toy_moe.load_reference(path).to(device)
+        with torch.no_grad():
+            logits = model(prompt_ids).logits.float()
+    finally:
+        compressed_tensors_patch.revert()
+    return {name: p.detach() for name, p in model.named_parameters()}, logits
+
+
 def load_bf16(bf16_dir: Path) -> torch.nn.Module:
     return AutoModelForCausalLM.from_pretrained(bf16_dir, dtype=torch.bfloat16)
 

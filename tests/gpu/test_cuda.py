@@ -5,22 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers import global_scale_shapes
-from producer_support import cosine, differing
+from producer_support import cosine, differing, load_and_run
 
-import compressed_tensors_patch
 import vllm_patch
 from scalar_scales import toy_moe
 
 MIN_COSINE = 0.95
-
-
-def reload(path, device, prompt_ids) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    """Decompressed parameters (after the first forward) and logits, in the patched stack, on ``device``."""
-    with compressed_tensors_patch.applied():
-        model = toy_moe.load_reference(path).to(device)
-        with torch.no_grad():
-            logits = model(prompt_ids).logits.float()
-    return {name: p.detach() for name, p in model.named_parameters()}, logits
 
 
 @pytest.mark.parametrize("scheme", toy_moe.SCHEMES)
@@ -34,7 +24,7 @@ def test_quantizing_on_cuda_writes_the_forms_global_scale_shape(quantized, repor
 @pytest.mark.parametrize("scheme", toy_moe.SCHEMES)
 @pytest.mark.parametrize("patched", [False, True], ids=["legacy", "format2"])
 def test_reloading_on_cuda_matches_the_bf16_logits(quantized, device, prompt_ids, bf16_logits, report, scheme, patched):
-    _, logits = reload(quantized(scheme, patched), device, prompt_ids)
+    _, logits = load_and_run(quantized(scheme, patched), prompt_ids, patched=True, device=device)
     similarity = cosine(logits, bf16_logits)
     report(f"{scheme} {'format 2' if patched else 'legacy'} reloaded: logits cosine vs bf16", f"{similarity:.4f}")
     assert similarity >= MIN_COSINE
@@ -42,8 +32,8 @@ def test_reloading_on_cuda_matches_the_bf16_logits(quantized, device, prompt_ids
 
 @pytest.mark.parametrize("scheme", toy_moe.SCHEMES)
 def test_both_forms_decompress_bit_identically_on_cuda(quantized, device, prompt_ids, report, scheme):
-    legacy, _ = reload(quantized(scheme, False), device, prompt_ids)
-    scalar, _ = reload(quantized(scheme, True), device, prompt_ids)
+    legacy, _ = load_and_run(quantized(scheme, False), prompt_ids, patched=True, device=device)
+    scalar, _ = load_and_run(quantized(scheme, True), prompt_ids, patched=True, device=device)
     changed = differing(legacy, scalar)
     report(f"{scheme} legacy vs format 2: decompressed parameters that differ", f"{len(changed)} of {len(legacy)}")
     assert changed == []

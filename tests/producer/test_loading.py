@@ -3,26 +3,12 @@
 from __future__ import annotations
 
 import pytest
-import torch
-from producer_support import cosine, differing
+from producer_support import cosine, differing, load_and_run
 
-import compressed_tensors_patch
 from scalar_scales import toy_moe
 
 SCHEMES = toy_moe.SCHEMES
 MIN_COSINE = 0.95
-
-
-def load_and_run(path, prompt_ids, *, patched: bool) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    """Decompressed parameters (after the first forward) and logits of a checkpoint."""
-    compressed_tensors_patch.apply() if patched else compressed_tensors_patch.revert()
-    try:
-        model = toy_moe.load_reference(path)
-        with torch.no_grad():
-            logits = model(prompt_ids).logits.float()
-    finally:
-        compressed_tensors_patch.revert()
-    return {name: p.detach() for name, p in model.named_parameters()}, logits
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)

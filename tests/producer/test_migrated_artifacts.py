@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 from helpers import described, quantization_config, tensor_bytes
-from producer_support import differing
-from test_loading import load_and_run
+from producer_support import differing, load_and_run
 
 from scalar_scales import toy_moe
 

@@ -17,7 +17,7 @@ pytest.importorskip("llmcompressor", reason="the transformers consumer runs in t
 import compressed_tensors  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from producer_support import cosine, differing  # noqa: E402
+from producer_support import cosine, differing, load_and_run  # noqa: E402
 from roundtrip_support import (  # noqa: E402
     GLOBAL_SCALE_SUFFIXES,
     MIN_COSINE,
@@ -29,7 +29,6 @@ from roundtrip_support import (  # noqa: E402
     scales_digest,
 )
 
-import compressed_tensors_patch  # noqa: E402
 from scalar_scales import toy_moe  # noqa: E402
 
 CONSUMER = f"transformers {transformers.__version__} + compressed-tensors {compressed_tensors.__version__}"
@@ -51,17 +50,11 @@ def quantized_weights(params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor
 
 def load(artifact: Artifact, patched: bool, prompt_ids: torch.Tensor) -> Loaded:
     result = Result(CONSUMER, FIXES[patched], artifact, loads=False)
-    compressed_tensors_patch.apply() if patched else compressed_tensors_patch.revert()
     try:
-        model = toy_moe.load_reference(artifact.path)
-        with torch.no_grad():
-            logits = model(prompt_ids).logits.float()
+        params, logits = load_and_run(artifact.path, prompt_ids, patched=patched)
     except Exception as error:
         result.error = error_line(error)
         return Loaded(result, {}, None)
-    finally:
-        compressed_tensors_patch.revert()
-    params = {name: p.detach() for name, p in model.named_parameters()}
     scales = {n: p for n, p in params.items() if n.endswith(GLOBAL_SCALE_SUFFIXES)}
     result.loads = True
     result.scales_equal_disk = same_values(scales, global_scales_on_disk(artifact.path))

@@ -9,7 +9,7 @@ import shutil
 import pytest
 import torch
 from helpers import described, global_scale_shapes, tensor_bytes
-from producer_support import SAVE_PATH_CASES, differing, quantize_to
+from producer_support import SAVE_PATH_CASES, differing, load_and_run, quantize_to
 
 import compressed_tensors_patch
 from scalar_scales import toy_moe
@@ -70,12 +70,6 @@ def test_native_stack_decompresses_legacy_and_format2_bit_identically(native, tm
     legacy_dir = shutil.copytree(native_dir, tmp_path / "legacy")
     migrate_checkpoint(legacy_dir, to="legacy")
     ids = torch.randint(0, toy_moe.VOCAB_SIZE, (2, 16), generator=torch.Generator().manual_seed(1))
-    params = []
-    for path in (legacy_dir, native_dir):
-        model = toy_moe.load_reference(path)
-        with torch.no_grad():
-            model(ids)
-        params.append({name: p.detach() for name, p in model.named_parameters()})
-    legacy, scalar = params
+    (legacy, _), (scalar, _) = (load_and_run(path, ids, patched=False) for path in (legacy_dir, native_dir))
     assert global_scale_shapes(legacy_dir) == {(1,)}
     assert differing(legacy, scalar) == []
