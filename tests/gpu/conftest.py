@@ -81,7 +81,7 @@ def quantized(bf16_dir: Path, device: torch.device, tmp_path_factory: pytest.Tem
 
 @pytest.fixture(scope="session")
 def prompt_ids(device: torch.device) -> torch.Tensor:
-    ids = torch.randint(0, toy_moe.VOCAB_SIZE, (2, 16), generator=torch.Generator().manual_seed(1))
+    ids = torch.tensor(toy_moe.prompt_ids())
     return ids.to(device)
 
 

@@ -66,7 +66,7 @@ def artifact(bf16_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Quanti
 
 @pytest.fixture(scope="session")
 def prompt_ids() -> torch.Tensor:
-    return torch.randint(0, toy_moe.VOCAB_SIZE, (2, 16), generator=torch.Generator().manual_seed(1))
+    return torch.tensor(toy_moe.prompt_ids())
 
 
 @pytest.fixture(scope="session")

@@ -65,7 +65,7 @@ def load(artifact: Artifact, patched: bool, prompt_ids: torch.Tensor) -> Loaded:
 
 @pytest.fixture(scope="session")
 def prompt_ids() -> torch.Tensor:
-    return torch.randint(0, toy_moe.VOCAB_SIZE, (2, 16), generator=torch.Generator().manual_seed(1))
+    return torch.tensor(toy_moe.prompt_ids())
 
 
 @pytest.fixture(scope="session")

@@ -69,7 +69,7 @@ def test_native_stack_decompresses_legacy_and_format2_bit_identically(native, tm
     native_dir = native(scheme, "output_dir")
     legacy_dir = shutil.copytree(native_dir, tmp_path / "legacy")
     migrate_checkpoint(legacy_dir, to="legacy")
-    ids = torch.randint(0, toy_moe.VOCAB_SIZE, (2, 16), generator=torch.Generator().manual_seed(1))
+    ids = torch.tensor(toy_moe.prompt_ids())
     (legacy, _), (scalar, _) = (load_and_run(path, ids, patched=False) for path in (legacy_dir, native_dir))
     assert global_scale_shapes(legacy_dir) == {(1,)}
     assert differing(legacy, scalar) == []
