@@ -24,20 +24,15 @@ import contextlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import warnings
 from importlib import metadata
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
+
 MIGRATIONS = {"legacy-migrated": ("legacy", "scalar"), "format2-to-legacy": ("format2", "legacy")}
 """Migrated form: (the form it is copied from, ``migrate --to``)."""
-
-
-def migrate(source: Path, target: Path, to: str) -> None:
-    shutil.copytree(source, target)
-    command = [sys.executable, "-m", "scalar_scales", "migrate", "--to", to, "--json", str(target)]
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
 
 
 def main(out: Path, bf16_source: Path | None) -> None:
@@ -47,6 +42,7 @@ def main(out: Path, bf16_source: Path | None) -> None:
     import torch
     from llmcompressor import oneshot
     from loguru import logger
+    from producer_support import migrated_copy
     from transformers import AutoModelForCausalLM
 
     import compressed_tensors_patch
@@ -69,7 +65,7 @@ def main(out: Path, bf16_source: Path | None) -> None:
             with patch():
                 oneshot(model=model, output_dir=str(producer / f"{scheme}-{form}"), **toy_moe.oneshot_kwargs(scheme))
         for form, (source, to) in MIGRATIONS.items():
-            migrate(producer / f"{scheme}-{source}", producer / f"{scheme}-{form}", to)
+            migrated_copy(producer / f"{scheme}-{source}", producer / f"{scheme}-{form}", "--to", to)
     print(producer)
 
 

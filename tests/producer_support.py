@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import torch
@@ -49,6 +52,16 @@ def load_and_run(
     finally:
         compressed_tensors_patch.revert()
     return {name: p.detach() for name, p in model.named_parameters()}, logits
+
+
+def migrated_copy(source: Path, target: Path, *args: str) -> Path:
+    """A copy of ``source`` at ``target``, migrated by the installed ``scalar-scales migrate`` command."""
+    shutil.copytree(source, target)
+    cli = Path(sys.executable).parent / "scalar-scales"
+    result = subprocess.run([str(cli), "migrate", str(target), *args], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"scalar-scales migrate {target} {' '.join(args)}: {result.stderr.strip()}")
+    return target
 
 
 def load_bf16(bf16_dir: Path) -> torch.nn.Module:

@@ -2,29 +2,16 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 from helpers import described, quantization_config, tensor_bytes
-from producer_support import differing, load_and_run
+from producer_support import differing, load_and_run, migrated_copy
 
 from scalar_scales import toy_moe
 
 
-def migrate(source: Path, target: Path, *args: str) -> Path:
-    shutil.copytree(source, target)
-    cli = Path(sys.executable).parent / "scalar-scales"
-    result = subprocess.run([str(cli), "migrate", str(target), *args], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    return target
-
-
 @pytest.mark.parametrize("scheme", toy_moe.SCHEMES)
 def test_legacy_migrated_by_the_cli_equals_native_format2(artifact, tmp_path, scheme):
-    migrated = migrate(artifact(scheme, patched=False), tmp_path / "migrated")
+    migrated = migrated_copy(artifact(scheme, patched=False), tmp_path / "migrated")
     native = artifact(scheme, patched=True)
     assert described(migrated) == described(native)
     assert tensor_bytes(migrated) == tensor_bytes(native)
@@ -33,7 +20,7 @@ def test_legacy_migrated_by_the_cli_equals_native_format2(artifact, tmp_path, sc
 
 @pytest.mark.parametrize("scheme", toy_moe.SCHEMES)
 def test_legacy_migrated_by_the_cli_loads_bit_identically_to_native_format2(artifact, tmp_path, prompt_ids, scheme):
-    migrated = migrate(artifact(scheme, patched=False), tmp_path / "migrated")
+    migrated = migrated_copy(artifact(scheme, patched=False), tmp_path / "migrated")
     from_cli, _ = load_and_run(migrated, prompt_ids, patched=True)
     native, _ = load_and_run(artifact(scheme, patched=True), prompt_ids, patched=True)
     assert differing(from_cli, native) == []
@@ -41,7 +28,7 @@ def test_legacy_migrated_by_the_cli_loads_bit_identically_to_native_format2(arti
 
 @pytest.mark.parametrize("scheme", toy_moe.SCHEMES)
 def test_native_format2_migrated_to_legacy_equals_the_legacy_artifact(artifact, tmp_path, scheme):
-    migrated = migrate(artifact(scheme, patched=True), tmp_path / "legacy", "--to", "legacy")
+    migrated = migrated_copy(artifact(scheme, patched=True), tmp_path / "legacy", "--to", "legacy")
     legacy = artifact(scheme, patched=False)
     assert described(migrated) == described(legacy)
     assert tensor_bytes(migrated) == tensor_bytes(legacy)
