@@ -71,14 +71,19 @@ def all_artifacts(root: Path) -> list[Artifact]:
     return found
 
 
-def global_scales_on_disk(path: Path) -> dict[str, torch.Tensor]:
+def checkpoint_tensors(path: Path, keep: Callable[[str], bool]) -> dict[str, torch.Tensor]:
+    """The tensors of a checkpoint folder's shards whose names ``keep`` accepts, as stored."""
     from safetensors import safe_open
 
-    scales = {}
+    found = {}
     for shard in sorted(path.glob("*.safetensors")):
         with safe_open(str(shard), framework="pt") as f:
-            scales.update({name: f.get_tensor(name) for name in f.keys() if name.endswith(GLOBAL_SCALE_SUFFIXES)})
-    return scales
+            found.update({name: f.get_tensor(name) for name in f.keys() if keep(name)})
+    return found
+
+
+def global_scales_on_disk(path: Path) -> dict[str, torch.Tensor]:
+    return checkpoint_tensors(path, lambda name: name.endswith(GLOBAL_SCALE_SUFFIXES))
 
 
 def scales_digest(scales: dict[str, torch.Tensor]) -> str:

@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
+from helpers import tensor_entries
+from roundtrip_support import checkpoint_tensors
 
 
 def select_cpu_platform() -> None:
@@ -79,13 +81,7 @@ SHARDS = {"gate_proj": "w1", "up_proj": "w3", "down_proj": "w2"}
 
 def moe_layers(artifact: Path) -> list[str]:
     """Every MoE layer of an artifact, as its checkpoint prefix (e.g. model.layers.0.mlp.experts)."""
-    from safetensors import safe_open
-
-    layers: set[str] = set()
-    for shard in sorted(artifact.glob("*.safetensors")):
-        with safe_open(str(shard), framework="pt") as f:
-            layers.update(match["layer"] for name in f.keys() if (match := EXPERT_TENSOR.match(name)))
-    return sorted(layers)
+    return sorted({match["layer"] for name in tensor_entries(artifact) if (match := EXPERT_TENSOR.match(name))})
 
 
 def build_moe_layer(artifact: Path, prefix: str) -> torch.nn.Module:
@@ -114,17 +110,9 @@ def build_moe_layer(artifact: Path, prefix: str) -> torch.nn.Module:
         return FusedMoE(**common, params_dtype=torch.bfloat16, prefix=prefix)
 
 
-def expert_tensors(
-    artifact: Path, prefix: str, suffixes: tuple[str, ...] = ("",)
-) -> Iterator[tuple[str, torch.Tensor]]:
-    """Checkpoint tensors of layer ``prefix``'s experts whose names end in ``suffixes``, as on disk."""
-    from safetensors import safe_open
-
-    for shard in sorted(artifact.glob("*.safetensors")):
-        with safe_open(str(shard), framework="pt") as f:
-            for name in f.keys():
-                if name.startswith(f"{prefix}.") and name.endswith(suffixes):
-                    yield name, f.get_tensor(name)
+def expert_tensors(artifact: Path, prefix: str) -> list[tuple[str, torch.Tensor]]:
+    """Checkpoint tensors of layer ``prefix``'s experts, as on disk."""
+    return list(checkpoint_tensors(artifact, lambda name: name.startswith(f"{prefix}.")).items())
 
 
 def loaded_value(layer: torch.nn.Module, name: str) -> torch.Tensor:

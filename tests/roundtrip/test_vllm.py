@@ -46,7 +46,7 @@ def load(artifact: Artifact, plugin: bool) -> Result:
     try:
         for prefix in vllm_support.moe_layers(artifact.path):
             layer = vllm_support.build_moe_layer(artifact.path, prefix)
-            weights = list(vllm_support.expert_tensors(artifact.path, prefix))
+            weights = vllm_support.expert_tensors(artifact.path, prefix)
             vllm_support.load_into_layer(layer, weights)
             names = [name for name, _ in weights if name.endswith(GLOBAL_SCALE_SUFFIXES)]
             scales.update({name: vllm_support.loaded_value(layer, name).clone() for name in names})

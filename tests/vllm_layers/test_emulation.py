@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from safetensors import safe_open
+from roundtrip_support import checkpoint_tensors
 
 import vllm_patch
 from scalar_scales.patching import import_dotted
@@ -13,16 +13,17 @@ from vllm_patch import nvfp4_emulation
 PREFIX = "model.layers.0.mlp.experts.3.down_proj"
 
 
-def checkpoint_tensors(artifact, prefix: str) -> dict[str, torch.Tensor]:
-    with safe_open(str(artifact / "model.safetensors"), framework="pt") as f:
-        return {name.removeprefix(f"{prefix}."): f.get_tensor(name) for name in f.keys() if name.startswith(prefix)}
+def module_tensors(artifact, prefix: str) -> dict[str, torch.Tensor]:
+    """One module's tensors on disk, by local name (weight_packed, weight_scale, ...)."""
+    tensors = checkpoint_tensors(artifact, lambda name: name.startswith(f"{prefix}."))
+    return {name.removeprefix(f"{prefix}."): tensor for name, tensor in tensors.items()}
 
 
 def test_dequantize_nvfp4_equals_compressed_tensors_decompression(legacy_nvfp4):
     from compressed_tensors.compressors.nvfp4.base import NVFP4PackedCompressor
     from compressed_tensors.quantization import preset_name_to_scheme
 
-    tensors = checkpoint_tensors(legacy_nvfp4, PREFIX)
+    tensors = module_tensors(legacy_nvfp4, PREFIX)
     expected = NVFP4PackedCompressor.decompress(dict(tensors), preset_name_to_scheme("NVFP4", ["Linear"]))["weight"]
     ours = nvfp4_emulation.dequantize_nvfp4(
         tensors["weight_packed"], tensors["weight_scale"], tensors["weight_global_scale"]
@@ -31,7 +32,7 @@ def test_dequantize_nvfp4_equals_compressed_tensors_decompression(legacy_nvfp4):
 
 
 def test_dequantize_nvfp4_does_not_depend_on_the_global_scale_shape(legacy_nvfp4):
-    tensors = checkpoint_tensors(legacy_nvfp4, PREFIX)
+    tensors = module_tensors(legacy_nvfp4, PREFIX)
     packed, scale, global_scale = tensors["weight_packed"], tensors["weight_scale"], tensors["weight_global_scale"]
     assert torch.equal(
         nvfp4_emulation.dequantize_nvfp4(packed, scale, global_scale),
@@ -41,7 +42,7 @@ def test_dequantize_nvfp4_does_not_depend_on_the_global_scale_shape(legacy_nvfp4
 
 def test_activation_fake_quantization_uses_the_global_scale(legacy_nvfp4):
     x = torch.randn(4, 128, dtype=torch.bfloat16, generator=torch.Generator().manual_seed(0))
-    scale = checkpoint_tensors(legacy_nvfp4, PREFIX)["input_global_scale"]
+    scale = module_tensors(legacy_nvfp4, PREFIX)["input_global_scale"]
     once = nvfp4_emulation.fake_quantize_nvfp4_activation(x, scale)
     assert not torch.equal(once, x)
     assert not torch.equal(once, nvfp4_emulation.fake_quantize_nvfp4_activation(x, scale * 4))
