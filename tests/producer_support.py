@@ -68,14 +68,16 @@ def load_bf16(bf16_dir: Path) -> torch.nn.Module:
     return AutoModelForCausalLM.from_pretrained(bf16_dir, dtype=torch.bfloat16)
 
 
-def quantize_to(bf16_dir: Path, out: Path, scheme: str, *, patched: bool, save_path: str) -> Path:
-    """Quantize the toy model with ``scheme`` and write it through ``save_path``."""
+def quantize_to(
+    bf16_dir: Path, out: Path, scheme: str, *, patched: bool, save_path: str, device: str | torch.device = "cpu"
+) -> Path:
+    """Quantize the toy model with ``scheme`` on ``device`` and write it through ``save_path``."""
     patch = compressed_tensors_patch.applied() if patched else contextlib.nullcontext()
     with patch:
         if save_path == "model_free":
-            model_free_ptq(bf16_dir, out, scheme=scheme, ignore=["lm_head", "re:.*mlp.gate$"], device="cpu")
+            model_free_ptq(bf16_dir, out, scheme=scheme, ignore=["lm_head", "re:.*mlp.gate$"], device=device)
             return out
-        model = load_bf16(bf16_dir)
+        model = load_bf16(bf16_dir).to(device)
         if save_path == "output_dir":
             oneshot(model=model, output_dir=str(out), **toy_moe.oneshot_kwargs(scheme))
         else:

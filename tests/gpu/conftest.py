@@ -7,7 +7,6 @@ say "cpu" and are not GPU results.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from collections.abc import Callable
@@ -18,9 +17,9 @@ import pytest
 pytest.importorskip("llmcompressor", reason="the GPU check needs llm-compressor (see scripts/gpu_check.sh)")
 
 import torch  # noqa: E402
+from producer_support import load_bf16, quantize_to  # noqa: E402
 from roundtrip_support import installed_versions  # noqa: E402
 
-import compressed_tensors_patch  # noqa: E402
 from scalar_scales import toy_moe  # noqa: E402
 
 
@@ -61,19 +60,15 @@ def bf16_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def quantized(bf16_dir: Path, device: torch.device, tmp_path_factory: pytest.TempPathFactory):
     """``quantized(scheme, patched)``: the toy MoE quantized with ``oneshot`` on ``device``, cached."""
-    from llmcompressor import oneshot
-    from transformers import AutoModelForCausalLM
-
     cache: dict[tuple[str, bool], Path] = {}
     root = tmp_path_factory.mktemp("artifacts")
 
     def get(scheme: str, patched: bool) -> Path:
         if (scheme, patched) not in cache:
             out = root / f"{scheme}-{'format2' if patched else 'legacy'}"
-            model = AutoModelForCausalLM.from_pretrained(bf16_dir, dtype=torch.bfloat16).to(device)
-            with compressed_tensors_patch.applied() if patched else contextlib.nullcontext():
-                oneshot(model=model, output_dir=str(out), **toy_moe.oneshot_kwargs(scheme))
-            cache[scheme, patched] = out
+            cache[scheme, patched] = quantize_to(
+                bf16_dir, out, scheme, patched=patched, save_path="output_dir", device=device
+            )
         return cache[scheme, patched]
 
     return get
@@ -87,8 +82,5 @@ def prompt_ids(device: torch.device) -> torch.Tensor:
 
 @pytest.fixture(scope="session")
 def bf16_logits(bf16_dir: Path, device: torch.device, prompt_ids: torch.Tensor) -> torch.Tensor:
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(bf16_dir, dtype=torch.bfloat16).to(device)
     with torch.no_grad():
-        return model(prompt_ids).logits.float()
+        return load_bf16(bf16_dir).to(device)(prompt_ids).logits.float()

@@ -17,7 +17,7 @@ pytest.importorskip("llmcompressor", reason="the transformers consumer runs in t
 import compressed_tensors  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from producer_support import cosine, differing, load_and_run  # noqa: E402
+from producer_support import cosine, differing, load_and_run, load_bf16  # noqa: E402
 from roundtrip_support import (  # noqa: E402
     GLOBAL_SCALE_SUFFIXES,
     MIN_COSINE,
@@ -70,9 +70,8 @@ def prompt_ids() -> torch.Tensor:
 
 @pytest.fixture(scope="session")
 def bf16_logits(bf16_dir: Path, prompt_ids: torch.Tensor) -> torch.Tensor:
-    model = transformers.AutoModelForCausalLM.from_pretrained(bf16_dir, dtype=torch.bfloat16)
     with torch.no_grad():
-        return model(prompt_ids).logits.float()
+        return load_bf16(bf16_dir)(prompt_ids).logits.float()
 
 
 def compare_with_legacy(entry: Loaded, legacy: Loaded | None) -> str:
