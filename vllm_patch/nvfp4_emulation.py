@@ -110,6 +110,15 @@ def fake_quantize_nvfp4_activation(x: torch.Tensor, global_scale: torch.Tensor) 
     return fake_quantize(x=x, scale=scale, zero_point=zero_point, args=args, global_scale=global_scale)
 
 
+def _model_dtype() -> torch.dtype:
+    """The dtype the model computes in: vLLM processes weights after loading under the model's default dtype.
+
+    Converting the dequantized weights (bf16, as compressed-tensors produces
+    them) once here keeps the conversion off every forward pass.
+    """
+    return torch.get_default_dtype()
+
+
 def _dequantize_rows(packed: torch.Tensor, scale: torch.Tensor, global_scales: list[torch.Tensor], widths: list[int]):
     """Dequantize a weight made of stacked partitions (q|k|v, gate|up), each with its own global scale."""
     parts = zip(packed.split(widths), scale.split(widths), global_scales, strict=True)
@@ -132,7 +141,7 @@ class EmulatedNvfp4LinearKernel:
         weight = _dequantize_rows(layer.weight_packed.data, layer.weight_scale.data, global_scales, widths)
         for name in ("weight_packed", "weight_scale", "weight_global_scale"):
             delattr(layer, name)
-        layer.weight = torch.nn.Parameter(weight, requires_grad=False)
+        layer.weight = torch.nn.Parameter(weight.to(_model_dtype()), requires_grad=False)
 
     def apply_weights(self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         scales = torch.empty(0) if self.use_a16 else layer.input_global_scale.data
@@ -249,12 +258,15 @@ def _wrap_moe_process(process: Callable[..., None]) -> Callable[..., None]:
             widths = [gate_up.shape[0] // 2] * 2
             scales = list(layer.w13_weight_global_scale.data[e])
             w13.append(_dequantize_rows(gate_up, layer.w13_weight_scale.data[e], scales, widths))
-            w2.append(dequantize_nvfp4(layer.w2_weight_packed.data[e], layer.w2_weight_scale.data[e],
-                                       layer.w2_weight_global_scale.data[e]))
+            w2.append(
+                dequantize_nvfp4(
+                    layer.w2_weight_packed.data[e], layer.w2_weight_scale.data[e], layer.w2_weight_global_scale.data[e]
+                )
+            )
         for name in ("w13_weight_packed", "w13_weight_scale", "w2_weight_packed", "w2_weight_scale"):
             delattr(layer, name)
-        layer.w13_weight = torch.nn.Parameter(torch.stack(w13), requires_grad=False)
-        layer.w2_weight = torch.nn.Parameter(torch.stack(w2), requires_grad=False)
+        layer.w13_weight = torch.nn.Parameter(torch.stack(w13).to(_model_dtype()), requires_grad=False)
+        layer.w2_weight = torch.nn.Parameter(torch.stack(w2).to(_model_dtype()), requires_grad=False)
 
     return wrapper
 
