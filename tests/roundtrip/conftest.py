@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,34 +16,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         item.add_marker(pytest.mark.roundtrip)
 
 
+GROUPINGS: dict[str, Callable[[Artifact], tuple[str, ...]]] = {
+    "family": lambda a: (a.producer, a.scheme),
+    "across_producers": lambda a: (a.scheme, a.form),
+}
+"""Fixtures that take a list of artifacts: a producer's four forms of one scheme; one scheme and form, from
+every producer."""
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Parametrize ``artifact`` (each artifact), ``migrated`` (each migrated one), ``family`` (a producer's four
-    forms of one scheme) and ``across_producers`` (one scheme and form, from every producer)."""
-    wanted = [name for name in ("artifact", "migrated", "family", "across_producers") if name in metafunc.fixturenames]
+    """Parametrize ``artifact`` (each artifact), ``migrated`` (each migrated one) and the ``GROUPINGS``."""
+    wanted = [name for name in ("artifact", "migrated", *GROUPINGS) if name in metafunc.fixturenames]
     if not wanted:
         return
     found = all_artifacts(artifacts_root())
-    groups: dict[str, list] = {
-        "artifact": found,
-        "migrated": [a for a in found if a.form in MIGRATED],
-        "family": group(found, lambda a: (a.producer, a.scheme)),
-        "across_producers": group(found, lambda a: (a.scheme, a.form)),
-    }
     for name in wanted:
-        values = groups[name]
-        ids = [v.id if isinstance(v, Artifact) else "-".join(key_of(name, v[0])) for v in values]
-        metafunc.parametrize(name, values, ids=ids)
-
-
-def key_of(name: str, artifact: Artifact) -> tuple[str, ...]:
-    return (artifact.producer, artifact.scheme) if name == "family" else (artifact.scheme, artifact.form)
-
-
-def group(artifacts: list[Artifact], key) -> list[list[Artifact]]:
-    groups: dict[tuple[str, ...], list[Artifact]] = {}
-    for artifact in artifacts:
-        groups.setdefault(key(artifact), []).append(artifact)
-    return list(groups.values())
+        if name in GROUPINGS:
+            groups: dict[tuple[str, ...], list[Artifact]] = {}
+            for artifact in found:
+                groups.setdefault(GROUPINGS[name](artifact), []).append(artifact)
+            metafunc.parametrize(name, list(groups.values()), ids=["-".join(key) for key in groups])
+        else:
+            chosen = found if name == "artifact" else [a for a in found if a.form in MIGRATED]
+            metafunc.parametrize(name, chosen, ids=[a.id for a in chosen])
 
 
 @pytest.fixture(scope="session")
