@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("llmcompressor", reason="the GPU check needs llm-compressor (see scripts/gpu_check.sh)")
 
 import torch  # noqa: E402
-from producer_support import load_bf16, quantize_to  # noqa: E402
+from producer_support import quantize_to  # noqa: E402
 from roundtrip_support import installed_versions  # noqa: E402
 
 from scalar_scales import toy_moe  # noqa: E402
@@ -72,15 +72,3 @@ def quantized(bf16_dir: Path, device: torch.device, tmp_path_factory: pytest.Tem
         return cache[scheme, patched]
 
     return get
-
-
-@pytest.fixture(scope="session")
-def prompt_ids(device: torch.device) -> torch.Tensor:
-    ids = torch.tensor(toy_moe.prompt_ids())
-    return ids.to(device)
-
-
-@pytest.fixture(scope="session")
-def bf16_logits(bf16_dir: Path, device: torch.device, prompt_ids: torch.Tensor) -> torch.Tensor:
-    with torch.no_grad():
-        return load_bf16(bf16_dir).to(device)(prompt_ids).logits.float()

@@ -15,8 +15,7 @@ import pytest
 
 pytest.importorskip("llmcompressor", reason="producer tests run in the producer environments")
 
-import torch  # noqa: E402
-from producer_support import load_bf16, quantize_to  # noqa: E402
+from producer_support import quantize_to  # noqa: E402
 
 import compressed_tensors_patch  # noqa: E402
 from scalar_scales import toy_moe  # noqa: E402
@@ -62,14 +61,3 @@ def artifact(bf16_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Quanti
         return cache[key]
 
     return get
-
-
-@pytest.fixture(scope="session")
-def prompt_ids() -> torch.Tensor:
-    return torch.tensor(toy_moe.prompt_ids())
-
-
-@pytest.fixture(scope="session")
-def bf16_logits(bf16_dir: Path, prompt_ids: torch.Tensor) -> torch.Tensor:
-    with torch.no_grad():
-        return load_bf16(bf16_dir)(prompt_ids).logits.float()

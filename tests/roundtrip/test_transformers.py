@@ -8,7 +8,6 @@ forward pass, which is when compressed-tensors decompresses.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
@@ -17,7 +16,7 @@ pytest.importorskip("llmcompressor", reason="the transformers consumer runs in t
 import compressed_tensors  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from producer_support import cosine, differing, load_and_run, load_bf16  # noqa: E402
+from producer_support import cosine, differing, load_and_run  # noqa: E402
 from roundtrip_support import (  # noqa: E402
     GLOBAL_SCALE_SUFFIXES,
     MIN_COSINE,
@@ -28,8 +27,6 @@ from roundtrip_support import (  # noqa: E402
     same_values,
     scales_digest,
 )
-
-from scalar_scales import toy_moe  # noqa: E402
 
 CONSUMER = f"transformers {transformers.__version__} + compressed-tensors {compressed_tensors.__version__}"
 FIXES = {False: "none", True: "compressed_tensors_patch"}
@@ -63,15 +60,7 @@ def load(artifact: Artifact, patched: bool, prompt_ids: torch.Tensor) -> Loaded:
     return Loaded(result, quantized_weights(params), logits)
 
 
-@pytest.fixture(scope="session")
-def prompt_ids() -> torch.Tensor:
-    return torch.tensor(toy_moe.prompt_ids())
 
-
-@pytest.fixture(scope="session")
-def bf16_logits(bf16_dir: Path, prompt_ids: torch.Tensor) -> torch.Tensor:
-    with torch.no_grad():
-        return load_bf16(bf16_dir)(prompt_ids).logits.float()
 
 
 def compare_with_legacy(entry: Loaded, legacy: Loaded | None) -> str:
