@@ -2,7 +2,7 @@
 
 The DeepSeek-V4-Flash count: 43 layers x 256 experts x 3 projections x 2
 global scales. A real layer with 256 experts and the compressed-tensors NVFP4
-quant method is built on the CPU (only the FP4 kernel choice is stubbed,
+quant method is built on the CPU (the FP4 kernel choice is the plugin's emulation,
 as in the tests), and each round loads its 1,536 global scales 43 times, as
 shape-(1,) tensors the way llm-compressor writes them, through
 ``param.weight_loader``. Rounds alternate plugin on/off; the figure is the
@@ -21,21 +21,18 @@ import argparse
 import gc
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
+from scalar_scales_testkit import vllm_layers
 
-import vllm_support  # noqa: E402
-
-vllm_support.select_cpu_platform()
+vllm_layers.select_cpu_platform()
 
 import torch  # noqa: E402
 
 import vllm_patch  # noqa: E402
-from scalar_scales.synthetic import nvfp4_checkpoint_config  # noqa: E402
+from scalar_scales_testkit.synthetic import nvfp4_checkpoint_config  # noqa: E402
 
 TARGET = 1.03
 LAYERS, EXPERTS = 43, 256
@@ -78,8 +75,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=9)
     args = parser.parse_args()
-    with vllm_support.vllm_context():
-        layer = vllm_support.build_moe_layer(nvfp4_config_folder(), "model.layers.0.mlp.experts")
+    with vllm_layers.vllm_context():
+        layer = vllm_layers.build_moe_layer(nvfp4_config_folder(), "model.layers.0.mlp.experts")
         rows = calls(layer)
         load_all(rows)
         seconds: dict[bool, list[float]] = {False: [], True: []}

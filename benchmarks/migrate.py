@@ -34,7 +34,7 @@ from pathlib import Path
 
 from scalar_scales.migrate import migrate_checkpoint
 from scalar_scales.scan import scan_checkpoint
-from scalar_scales.synthetic import write_synthetic_checkpoint
+from scalar_scales_testkit.synthetic import write_synthetic_checkpoint
 
 TARGETS = {"migrate_in_process": 0.3, "migrate_command": 1.0, "check": 0.15, "speedup_at_4gb": 25.0}
 

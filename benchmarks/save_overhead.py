@@ -43,7 +43,7 @@ def main() -> None:
     from transformers import AutoModelForCausalLM
 
     import compressed_tensors_patch
-    from scalar_scales import toy_moe
+    from compressed_tensors_patch import toy_moe
 
     logger.remove()
     root = Path(tempfile.mkdtemp(prefix="scalar-scales-bench-"))

@@ -6,9 +6,19 @@ unchanged) and ``config.json`` declares ``quantization_config.format_version
 = 2``. In-memory parameters keep shape (1,); loading follows the marker, so
 legacy and format-2 artifacts both load and decompress bit-identically.
 
+A model compressed while the patch is applied (for a save, or as the skeleton
+of a checkpoint being loaded) gets its global scales back to (1,) just before
+its first forward pass decompresses it, so it decompresses exactly as a legacy
+checkpoint does, inside the block or after it.
+
 A compressed-tensors that has the same change natively (see
 ``upstream/compressed-tensors.patch``) is detected, and then ``apply()``
-does nothing but say so: the runtime patch retires itself.
+does nothing but say so: the runtime patch retires itself. Either way the
+one line it logs goes through loguru, where llm-compressor and
+compressed-tensors log, so it shows in an llm-compressor run.
+
+Overlapping ``applied()`` blocks, in any threads, keep the patch applied
+until the last of them exits.
 
     import compressed_tensors_patch
 
@@ -18,7 +28,6 @@ does nothing but say so: the runtime patch retires itself.
 
 from __future__ import annotations
 
-import logging
 from contextlib import AbstractContextManager, nullcontext
 
 from compressed_tensors_patch.scales import GlobalScaleShapeError
@@ -48,8 +57,6 @@ __all__ = [
 
 FORMAT_VERSION = SCALAR_FORMAT_VERSION
 
-_logger = logging.getLogger("scalar_scales")
-
 _NVFP4 = "compressed_tensors.compressors.nvfp4.base.NVFP4PackedCompressor"
 _MODEL_COMPRESSOR = "compressed_tensors.compressors.model_compressors.model_compressor.ModelCompressor"
 _HF_CONFIG = "transformers.utils.quantization_config.CompressedTensorsConfig"
@@ -59,7 +66,12 @@ _PATCHES = PatchSet(
     [
         Patch(_NVFP4, "compress", wrap_compress, "write global scales 0-D"),
         Patch(_NVFP4, "decompress", wrap_decompress, "decompress with (1,) scales: in-memory shape, pinned dtype"),
-        Patch(_MODEL_COMPRESSOR, "compress_model", wrap_compress_model, "validate scales; pick layout per compressor"),
+        Patch(
+            _MODEL_COMPRESSOR,
+            "compress_model",
+            wrap_compress_model,
+            "validate scales; pick layout per compressor; decompress later as legacy, patched or not",
+        ),
         Patch(
             _MODEL_COMPRESSOR,
             "from_compression_config",
@@ -90,13 +102,11 @@ def apply() -> None:
     """
     native = native_support()
     if native is not None:
-        _logger.info("scalar-scales: %s writes 0-D global scales natively; nothing to patch", native)
+        _log(f"scalar-scales: {native} writes 0-D global scales natively; nothing to patch")
         return
     upstream = _PATCHES.apply()
     if upstream is not None:
-        _logger.info(
-            "scalar-scales: compressed_tensors_patch applied to %s: %s", upstream, ", ".join(_PATCHES.applied_targets())
-        )
+        _log(f"scalar-scales: compressed_tensors_patch applied to {upstream}: {', '.join(_PATCHES.applied_targets())}")
 
 
 def revert() -> None:
@@ -109,8 +119,20 @@ def is_applied() -> bool:
 
 
 def applied() -> AbstractContextManager[None]:
-    """Apply for the duration of a ``with`` block; revert on exit unless it was applied before."""
+    """Apply for the duration of a ``with`` block.
+
+    The patch is process-wide: it stays applied until the last open block
+    exits, in whichever thread, and for good when ``apply()`` was called
+    before. A model loaded inside the block may run after it.
+    """
     if native_support() is not None:
         apply()
         return nullcontext()
     return _PATCHES.applied()
+
+
+def _log(message: str) -> None:
+    """One INFO line through loguru, which llm-compressor configures to show (``LLM_COMPRESSOR_LOG_LEVEL``)."""
+    from loguru import logger
+
+    logger.opt(depth=1).info(message)

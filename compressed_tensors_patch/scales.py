@@ -14,15 +14,16 @@ from typing import Any
 
 import torch
 
+from scalar_scales.checkpoint import is_global_scale
+
 __all__ = [
-    "GLOBAL_SCALE_NAMES",
     "GlobalScaleShapeError",
     "as_memory_layout",
     "as_written_layout",
     "check_global_scales",
+    "restore_memory_layout_on_first_forward",
 ]
 
-GLOBAL_SCALE_NAMES: tuple[str, ...] = ("weight_global_scale", "input_global_scale")
 MEMORY_SHAPE = (1,)
 
 
@@ -46,9 +47,8 @@ def as_written_layout(state_dict: dict[str, Any], *, scalar: bool) -> dict[str, 
     module on every save, so it does no more than it must.
     """
     shape = () if scalar else MEMORY_SHAPE
-    for name in GLOBAL_SCALE_NAMES:
-        tensor = state_dict.get(name)
-        if tensor is not None and tensor.dim() != len(shape):
+    for name, tensor in state_dict.items():
+        if is_global_scale(name) and tensor.dim() != len(shape):
             state_dict[name] = _reshaped(name, tensor, shape)
     return state_dict
 
@@ -62,17 +62,32 @@ def as_memory_layout(state_dict: dict[str, Any]) -> dict[str, Any]:
     decompressing bit-identically to legacy ones.
     """
     out = dict(state_dict)
-    for name in GLOBAL_SCALE_NAMES:
-        tensor = out.get(name)
-        if tensor is not None and tuple(tensor.shape) != MEMORY_SHAPE:
+    for name, tensor in state_dict.items():
+        if is_global_scale(name) and tuple(tensor.shape) != MEMORY_SHAPE:
             out[name] = _reshaped(name, tensor, MEMORY_SHAPE)
     return out
+
+
+def restore_memory_layout_on_first_forward(model: torch.nn.Module) -> None:
+    """Before ``model``'s next forward pass, and before any other hook of it, give its global scales shape (1,).
+
+    The hook removes itself once it has run; it is the model's own, so it
+    runs whether or not the patch is still applied. Values are unchanged.
+    """
+
+    def restore(module: torch.nn.Module, args: Any) -> None:
+        handle.remove()
+        for name, param in module.named_parameters():
+            if is_global_scale(name) and tuple(param.shape) != MEMORY_SHAPE:
+                param.data = _reshaped(name, param.data, MEMORY_SHAPE)
+
+    handle = model.register_forward_pre_hook(restore, prepend=True)
 
 
 def check_global_scales(named_tensors: Mapping[str, torch.Tensor]) -> None:
     """Raise :class:`GlobalScaleShapeError` for the first global scale with numel != 1."""
     for name, tensor in named_tensors.items():
-        if name.rsplit(".", 1)[-1] in GLOBAL_SCALE_NAMES and tensor.numel() != 1:
+        if is_global_scale(name) and tensor.numel() != 1:
             raise GlobalScaleShapeError(name, tuple(tensor.shape))
 
 

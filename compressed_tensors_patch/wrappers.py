@@ -17,7 +17,12 @@ from typing import Any
 import torch
 
 from compressed_tensors_patch.marker import stamp_format_version
-from compressed_tensors_patch.scales import as_memory_layout, as_written_layout, check_global_scales
+from compressed_tensors_patch.scales import (
+    as_memory_layout,
+    as_written_layout,
+    check_global_scales,
+    restore_memory_layout_on_first_forward,
+)
 from scalar_scales.checkpoint import FORMAT_VERSION_KEY, LEGACY_FORMAT_VERSION, SCALAR_FORMAT_VERSION
 
 __all__ = [
@@ -83,6 +88,15 @@ def wrap_compress_model(compress_model: Callable[..., None]) -> Callable[..., No
     Validating every global scale by its full name before anything is
     compressed turns a malformed scale into one clear error and no change.
     A compressor made for loading a legacy checkpoint builds a (1,) skeleton.
+
+    Upstream then registers a hook that decompresses the model on its first
+    forward pass, with whatever code is installed then: after ``revert()``,
+    or outside the ``applied()`` block, the unpatched code, for which a 0-D
+    scale decompresses differently. So a hook of ours runs just before it
+    and gives the global scales the shape (1,) again: the model, saved or
+    loaded from either layout, then decompresses as a legacy one does,
+    patched or not. Until then it keeps its compressed (written) layout, so
+    a re-save writes what was loaded.
     """
 
     @functools.wraps(compress_model)
@@ -90,7 +104,8 @@ def wrap_compress_model(compress_model: Callable[..., None]) -> Callable[..., No
         check_global_scales(dict(model.named_parameters(remove_duplicate=False)))
         version = getattr(self, _LAYOUT_ATTRIBUTE, SCALAR_FORMAT_VERSION)
         with _writing_scalar(version >= SCALAR_FORMAT_VERSION):
-            return compress_model(self, model, *args, **kwargs)
+            compress_model(self, model, *args, **kwargs)
+        restore_memory_layout_on_first_forward(model)
 
     return wrapper
 

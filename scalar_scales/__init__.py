@@ -1,9 +1,11 @@
 """scalar-scales: fix quantized checkpoints whose per-tensor scales have the wrong shape.
 
-The command line (``cli``, ``scan``, ``migrate``, ``header_edit``,
-``safetensors_header``, ``checkpoint``) never imports torch and the base
-install has no dependencies. ``toy_moe`` and ``demo`` need the producer extra;
-they are imported only by ``scalar-scales demo``, the tests and benchmarks.
+This is the base package: the ``scalar-scales`` command line (``cli``,
+``scan``, ``migrate``, ``header_edit``, ``safetensors_header``,
+``checkpoint``, ``durable``) and the patch mechanism both patch packages
+share (``patching``). None of it imports torch, and the base install has no
+dependencies. It imports nothing from ``compressed_tensors_patch`` or
+``vllm_patch``: they build on it, never the reverse (docs/architecture.md).
 """
 
 from importlib import metadata

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scalar_scales.durable import replaced
 from scalar_scales.safetensors_header import CheckpointError, SafetensorsHeader, read_header
 
 __all__ = [
@@ -31,7 +32,6 @@ __all__ = [
     "is_global_scale",
     "read_config",
     "read_headers",
-    "read_tensor_bytes",
     "resolve_checkpoint",
     "write_json_atomically",
 ]
@@ -43,10 +43,16 @@ FORMAT_VERSION_KEY = "format_version"
 SCALAR_FORMAT_VERSION = 2
 LEGACY_FORMAT_VERSION = 1
 GLOBAL_SCALE_SUFFIX = "_global_scale"
+"""compressed-tensors names a tensor-group quantizer's per-tensor scale ``<base>_global_scale``: NVFP4 has
+``weight_global_scale`` and, for calibrated activations, ``input_global_scale``."""
 
 
 def is_global_scale(tensor_name: str) -> bool:
-    """NVFP4's per-tensor scales: ``*.weight_global_scale`` and ``*.input_global_scale``."""
+    """Whether a tensor (a checkpoint entry, a parameter or a state-dict key) is a per-tensor global scale.
+
+    The one definition every package uses: the command line, the producer
+    patch and the test kit.
+    """
     return tensor_name.endswith(GLOBAL_SCALE_SUFFIX)
 
 
@@ -94,15 +100,6 @@ def read_headers(path: str | os.PathLike[str]) -> list[SafetensorsHeader]:
     return [read_header(shard) for shard in checkpoint_files(path)]
 
 
-def read_tensor_bytes(path: str | os.PathLike[str]) -> dict[str, bytes]:
-    """Every tensor's raw data bytes, by name: for comparing artifacts exactly."""
-    out: dict[str, bytes] = {}
-    for header in read_headers(path):
-        data = header.path.read_bytes()[header.data_start :]
-        out.update({name: data[e.begin : e.end] for name, e in header.tensors.items()})
-    return out
-
-
 _WEIGHT_MAP_FILE = re.compile(rb'":\s*"([^"\\]*\.safetensors)"')
 
 
@@ -144,27 +141,12 @@ def format_version(config: dict[str, Any] | None) -> int:
 
 
 def write_json_atomically(path: str | os.PathLike[str], document: dict[str, Any], *, durable: bool = True) -> None:
-    """Write ``document`` next to ``path``, then rename it over ``path``.
+    """Replace ``path`` with ``document`` atomically (see ``durable``).
 
-    A reader sees the old file or the new one, never a torn one. With
-    ``durable``, the file and its folder are fsynced, so the new file also
-    survives a power loss. The layout (indent 2, sorted keys) is the one
-    compressed-tensors writes.
+    The layout (indent 2, sorted keys) is the one compressed-tensors writes.
     """
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.scalar-scales.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    with replaced(path, durable=durable, text=True) as f:
         f.write(json.dumps(document, indent=2, sort_keys=True))
-        if durable:
-            f.flush()
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
-    if durable:
-        directory = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
 
 
 def _read_json_object(path: Path) -> dict[str, Any]:

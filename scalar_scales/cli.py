@@ -1,7 +1,7 @@
-"""The ``scalar-scales`` command.
+"""The ``scalar-scales`` command: ``check`` and ``migrate``.
 
-It never imports torch: subcommands that need it (``demo``) import their
-module only when they run.
+It never imports torch and has no dependency. The demo, which needs
+llm-compressor, is the producer package's own command (``scalar-scales-demo``).
 """
 
 from __future__ import annotations
@@ -62,15 +62,6 @@ def _build_parser() -> argparse.ArgumentParser:
         help="replace shards that are links (Hugging Face cache) with edited real copies",
     )
 
-    demo = commands.add_parser(
-        "demo",
-        help="quantize a built-in toy MoE with and without the producer fix and compare the artifacts",
-        description="Quantize the built-in toy Qwen3-MoE with llm-compressor, without and with "
-        "compressed_tensors_patch, and show the global-scale shapes and format_version side by side. "
-        "Needs the producer extra (llmcompressor).",
-    )
-    demo.add_argument("--scheme", choices=["NVFP4", "NVFP4A16"], default="NVFP4")
-    demo.add_argument("--workdir", help="where to write the artifacts (default: a new temporary folder)")
     return parser
 
 
@@ -88,10 +79,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         print(f"scalar-scales: error: {exc.filename}: {exc.strerror}", file=sys.stderr)
         return 2
-    if args.command == "demo":
-        from scalar_scales.demo import run_demo
-
-        return run_demo(scheme=args.scheme, workdir=args.workdir)
     parser.print_help()
     return 2
 

@@ -37,6 +37,7 @@ from scalar_scales.checkpoint import (
     resolve_checkpoint,
     write_json_atomically,
 )
+from scalar_scales.durable import replaced
 from scalar_scales.header_edit import HeaderEdit, Layout
 from scalar_scales.safetensors_header import CheckpointError
 from scalar_scales.scan import NVFP4_FORMAT, CheckpointScan, scan_checkpoint
@@ -214,9 +215,8 @@ def _edit_in_place(edit: HeaderEdit) -> None:
 def _rewrite(edit: HeaderEdit) -> None:
     """Write the new header and the unchanged data to a new file, then rename it over the shard."""
     shard = edit.path
-    tmp = shard.with_name(f".{shard.name}.scalar-scales.tmp")
     data_start = edit.old_data_start
-    with open(shard, "rb") as source, open(tmp, "wb") as target:
+    with open(shard, "rb") as source, replaced(shard) as target:
         target.write(struct.pack("<Q", len(edit.new_raw)) + edit.new_raw)
         target.flush()
         size = os.fstat(source.fileno()).st_size - data_start
@@ -226,17 +226,6 @@ def _rewrite(edit: HeaderEdit) -> None:
             if copied == 0:
                 raise CheckpointError(shard, "ended while being copied")
             offset += copied
-        os.fsync(target.fileno())
-    os.replace(tmp, shard)
-    _fsync_folder(shard.parent)
-
-
-def _fsync_folder(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _verify(report: MigrationReport) -> None:

@@ -7,12 +7,17 @@ changes anything, so an upstream whose internals we do not recognise gets a
 clear error and no half-patch. ``revert`` puts back the exact original
 objects (classmethod wrappers included), so ``A.__dict__[name] is original``
 holds again afterwards.
+
+A patch is process-wide, so ``applied()`` blocks are counted: the patch
+stays applied until the last open block exits, whichever thread opened it.
+An explicit ``apply()`` holds it until ``revert()``.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -34,6 +39,9 @@ class Patch:
     (a ``classmethod`` stays a ``classmethod``) and returns its replacement.
     ``requires`` names an importable top-level package; rows whose package is
     not installed are skipped, because there is nothing of it to patch.
+    ``parameters``, where the replacement calls the original by its
+    parameters, is what the original must take; an original that takes
+    anything else is not the code the replacement was written for.
     """
 
     owner: str
@@ -41,10 +49,31 @@ class Patch:
     replace: Callable[[Any], Any]
     why: str
     requires: str | None = None
+    parameters: tuple[str, ...] | None = None
 
     @property
     def target(self) -> str:
         return f"{self.owner}.{self.attribute}"
+
+    def resolve(self) -> tuple[Any, Any]:
+        """The owner and the original as the installed upstream has them; refuses code this row was not written for."""
+        owner = import_dotted(self.owner)
+        if owner is None or self.attribute not in vars(owner):
+            raise UnsupportedUpstreamError(f"{self.target} not found")
+        original = vars(owner)[self.attribute]
+        if self.parameters is not None:
+            found = _parameters(original)
+            if found != self.parameters:
+                raise UnsupportedUpstreamError(f"{self.target} takes {found}, not {self.parameters}")
+        return owner, original
+
+
+def _parameters(function: Any) -> tuple[str, ...] | None:
+    function = getattr(function, "__func__", function)
+    try:
+        return tuple(inspect.signature(function).parameters)
+    except (TypeError, ValueError):
+        return None
 
 
 class PatchSet:
@@ -62,6 +91,10 @@ class PatchSet:
         self.check = check
         self._originals: list[tuple[Patch, Any, Any]] = []
         self._lock = threading.Lock()
+        self._held = False
+        """An explicit ``apply()`` holds the patch until ``revert()``."""
+        self._blocks = 0
+        """``applied()`` blocks open now, in any thread."""
 
     def is_applied(self) -> bool:
         return bool(self._originals)
@@ -70,47 +103,56 @@ class PatchSet:
         return [patch.target for patch, _, _ in self._originals]
 
     def apply(self) -> str | None:
-        """Patch every row, or none: all owners and originals are resolved first.
+        """Patch every row, or none; hold the patch until ``revert()``.
 
         Returns the upstream's description, or None when already applied.
         """
         with self._lock:
-            if self._originals:
-                return None
-            upstream = self.check()
-            rows = [(patch, *self._resolve(patch)) for patch in self.patches if _installed(patch.requires)]
-            replacements = [(patch, owner, original, patch.replace(original)) for patch, owner, original in rows]
-            for patch, owner, original, replacement in replacements:
-                setattr(owner, patch.attribute, replacement)
-                self._originals.append((patch, owner, original))
+            upstream = self._patch()
+            self._held = True
             return upstream
 
     def revert(self) -> None:
-        """Put back every original object exactly as it was."""
+        """Put back every original object exactly as it was, now, even inside ``applied()`` blocks."""
         with self._lock:
-            while self._originals:
-                patch, owner, original = self._originals.pop()
-                setattr(owner, patch.attribute, original)
+            self._held = False
+            self._unpatch()
 
     @contextmanager
     def applied(self) -> Iterator[None]:
-        """Apply for the duration of a ``with`` block; revert only what this block applied."""
-        was_applied = self.is_applied()
-        self.apply()
+        """Apply for the duration of a ``with`` block; revert when the last open block exits (unless held)."""
+        with self._lock:
+            self._patch()
+            self._blocks += 1
         try:
             yield
         finally:
-            if not was_applied:
-                self.revert()
+            with self._lock:
+                self._blocks -= 1
+                if not self._blocks and not self._held:
+                    self._unpatch()
 
-    def _resolve(self, patch: Patch) -> tuple[Any, Any]:
-        owner = import_dotted(patch.owner)
-        if owner is None or patch.attribute not in vars(owner):
+    def _patch(self) -> str | None:
+        """All owners and originals are resolved before anything changes."""
+        if self._originals:
+            return None
+        upstream = self.check()
+        try:
+            rows = [(patch, *patch.resolve()) for patch in self.patches if _installed(patch.requires)]
+        except UnsupportedUpstreamError as error:
             raise UnsupportedUpstreamError(
-                f"{self.name}: {patch.target} not found; this upstream version's internals are not "
-                f"recognised, so nothing was patched"
-            )
-        return owner, vars(owner)[patch.attribute]
+                f"{self.name}: {error}; this upstream version's internals are not recognised, so nothing was patched"
+            ) from None
+        replacements = [(patch, owner, original, patch.replace(original)) for patch, owner, original in rows]
+        for patch, owner, original, replacement in replacements:
+            setattr(owner, patch.attribute, replacement)
+            self._originals.append((patch, owner, original))
+        return upstream
+
+    def _unpatch(self) -> None:
+        while self._originals:
+            patch, owner, original = self._originals.pop()
+            setattr(owner, patch.attribute, original)
 
 
 def _installed(package: str | None) -> bool:

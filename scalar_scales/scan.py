@@ -30,10 +30,10 @@ from typing import Any, NamedTuple, TypeVar
 
 from scalar_scales.checkpoint import (
     FORMAT_VERSION_KEY,
-    GLOBAL_SCALE_SUFFIX,
     LEGACY_FORMAT_VERSION,
     Checkpoint,
     format_version,
+    is_global_scale,
     read_config,
     resolve_checkpoint,
 )
@@ -205,8 +205,8 @@ def _scan_shard(
     header = read_header(path)
     names = header.names
     if nvfp4 is None:  # a lone file without a config: NVFP4 if it has global scales
-        nvfp4 = any(name.endswith(GLOBAL_SCALE_SUFFIX) for name in names)
-    indices = [i for i, name in enumerate(names) if nvfp4 and name.endswith(GLOBAL_SCALE_SUFFIX)]
+        nvfp4 = any(map(is_global_scale, names))
+    indices = [i for i, name in enumerate(names) if nvfp4 and is_global_scale(name)]
     if include:
         indices = sorted({*indices, *(i for i, name in enumerate(names) if _included(name, include))})
     _check_single_values(header, indices)

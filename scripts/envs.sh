@@ -11,8 +11,9 @@
 #
 # An environment is reused while the spec it was built from is unchanged (the spec is
 # stored inside it, written last, so an interrupted build is rebuilt). The project
-# itself is reinstalled (editable, no deps) on every call, because the checkout that
-# uses the cache may be a different clone.
+# and its test kit (testkit/, never shipped in the project's wheel) are reinstalled
+# (editable, no deps) on every call, because the checkout that uses the cache may be
+# a different clone.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -106,7 +107,7 @@ build_legacy_vllm() {
 }
 
 install_project() {
-  pip_in "$1" --no-deps --no-build-isolation -e "$ROOT"
+  pip_in "$1" --no-deps --no-build-isolation -e "$ROOT" -e "$ROOT/testkit"
 }
 
 for env in "$@"; do

@@ -5,7 +5,8 @@
 #
 # The GPU machine has Python 3.12, torch, transformers, safetensors, accelerate,
 # pandas, pyarrow, xxhash and pytest, but no compressed-tensors, llm-compressor
-# or their pure-Python needs, and no registry. These are the producer
+# or their pure-Python needs, and no registry. The project's wheel and its test kit's
+# (tests/gpu imports it) come last. These are the producer
 # environment's versions, for CPython 3.12 manylinux, without dependencies
 # (pip must not resolve a torch there). About 5 MB.
 set -euo pipefail
@@ -24,6 +25,6 @@ mkdir -p "$DIR"
 python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   "${PLATFORMS[@]/#/--platform=}" -d "$DIR" "${PACKAGES[@]}" \
   2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
-python3 -m pip wheel --quiet --no-deps -w "$DIR" "$ROOT"
+python3 -m pip wheel --quiet --no-deps -w "$DIR" "$ROOT" "$ROOT/testkit"
 ls "$DIR"
 du -sh "$DIR"

@@ -24,12 +24,9 @@ import contextlib
 import json
 import os
 import shutil
-import sys
 import warnings
 from importlib import metadata
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
 
 MIGRATIONS = {"legacy-migrated": ("legacy", "scalar"), "format2-to-legacy": ("format2", "legacy")}
 """Migrated form: (the form it is copied from, ``migrate --to``)."""
@@ -42,11 +39,11 @@ def main(out: Path, bf16_source: Path | None) -> None:
     import torch
     from llmcompressor import oneshot
     from loguru import logger
-    from producer_support import migrated_copy
     from transformers import AutoModelForCausalLM
 
     import compressed_tensors_patch
-    from scalar_scales import toy_moe
+    from compressed_tensors_patch import toy_moe
+    from scalar_scales_testkit.producer import migrated_copy
 
     logger.remove()
     bf16 = out / "bf16"

@@ -6,7 +6,7 @@ For every artifact of ARTIFACTS/ct-<version>/ (scripts/make_artifacts.py),
 loads it through llm-compressor's ``load_quantizable_moe()`` with
 ``compressed_tensors_patch`` applied and writes
 ARTIFACTS/reference/<version>-<scheme>-<form>.json: the prompts
-(``toy_moe.prompt_ids()``) and, per prompt position, the logits minus their
+(``scalar_scales_testkit.roundtrip.prompt_ids()``) and, per prompt position, the logits minus their
 mean. compressed-tensors runs the NVFP4 activation fake-quantization itself.
 The engine tests (tests/engine) compare vLLM's output with these.
 """
@@ -19,20 +19,18 @@ import sys
 import warnings
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
-
 
 def main(artifacts: Path) -> None:
     os.environ.setdefault("TQDM_DISABLE", "1")
     warnings.filterwarnings("ignore")
     import torch
     from loguru import logger
-    from producer_support import load_and_run
 
-    from scalar_scales import toy_moe
+    from scalar_scales_testkit.producer import load_and_run
+    from scalar_scales_testkit.roundtrip import prompt_ids
 
     logger.remove()
-    prompts = toy_moe.prompt_ids()
+    prompts = prompt_ids()
     out = artifacts / "reference"
     out.mkdir(exist_ok=True)
     for artifact in sorted(p for p in artifacts.glob("ct-*/*") if (p / "config.json").is_file()):

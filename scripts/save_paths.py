@@ -15,16 +15,14 @@ import sys
 import warnings
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
-
 
 def main(out: Path) -> None:
     os.environ.setdefault("TQDM_DISABLE", "1")
     warnings.filterwarnings("ignore")
     from loguru import logger
-    from producer_support import SAVE_PATH_CASES, quantize_to
 
-    from scalar_scales import toy_moe
+    from compressed_tensors_patch import toy_moe
+    from scalar_scales_testkit.producer import SAVE_PATH_CASES, quantize_to
 
     logger.remove()
     bf16 = out / "bf16"

@@ -1,16 +1,11 @@
-"""Shared by every test folder: helper modules on the path, and the toy model's fixed prompts and bf16 logits.
+"""Shared by every test folder: the toy model's fixed prompts and bf16 logits.
 
 ``bf16_dir`` comes from each folder's own conftest (the producer tests build
 the toy, the round trip reads the one the producer environment wrote);
 ``device`` is the CPU unless a folder overrides it (tests/gpu).
 """
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 
 
 @pytest.fixture(scope="session")
@@ -22,15 +17,16 @@ def device():
 def prompt_ids(device):
     import torch
 
-    from scalar_scales import toy_moe
+    from scalar_scales_testkit.roundtrip import prompt_ids
 
-    return torch.tensor(toy_moe.prompt_ids()).to(device)
+    return torch.tensor(prompt_ids()).to(device)
 
 
 @pytest.fixture(scope="session")
 def bf16_logits(bf16_dir, device, prompt_ids):
     import torch
-    from producer_support import load_bf16
+
+    from scalar_scales_testkit.producer import load_bf16
 
     with torch.no_grad():
         return load_bf16(bf16_dir).to(device)(prompt_ids).logits.float()

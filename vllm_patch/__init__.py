@@ -18,8 +18,6 @@ compressed-tensors NVFP4 checkpoint, it also emulates NVFP4 (see
 from __future__ import annotations
 
 import functools
-import logging
-import os
 import sys
 import threading
 from importlib import metadata
@@ -27,8 +25,9 @@ from importlib import metadata
 from scalar_scales.patching import PatchSet
 from vllm_patch.import_hook import call_after_import
 from vllm_patch.loaders import LOADER_MODULES, plan_loader_patches
-from vllm_patch.nvfp4_emulation import EMULATION_PATCHES, check_structure, emulation_enabled
+from vllm_patch.nvfp4_emulation import EMULATION_PATCHES, emulation_enabled
 from vllm_patch.scalar import ScaleShapeError, to_scalar
+from vllm_patch.vllm_logging import vllm_logger
 
 __all__ = [
     "ENTRY_POINT",
@@ -36,6 +35,7 @@ __all__ = [
     "ScaleShapeError",
     "apply",
     "apply_emulation",
+    "emulation_patches",
     "is_applied",
     "register",
     "revert",
@@ -45,11 +45,8 @@ __all__ = [
 ENTRY_POINT = "scalar_scales"
 """Our name in ``vllm.general_plugins``, the one ``VLLM_PLUGINS`` lists."""
 
-_logger = logging.getLogger("vllm.scalar_scales")
 _lock = threading.Lock()
 _patches: PatchSet | None = None
-_emulation: dict[str, PatchSet] = {}
-_emulation_lock = threading.Lock()
 _refused = False
 
 
@@ -61,8 +58,10 @@ def register() -> None:
     be called back once it is, and the patch (with its one log line) happens
     then, in the processes that load a model.
     """
-    allowed = os.environ.get("VLLM_PLUGINS")
-    if allowed is not None and ENTRY_POINT not in [name.strip() for name in allowed.split(",")]:
+    import vllm.envs
+
+    allowed = vllm.envs.VLLM_PLUGINS
+    if allowed is not None and ENTRY_POINT not in allowed:
         return
     if any(module in sys.modules for module in LOADER_MODULES):
         apply()
@@ -88,7 +87,7 @@ def apply() -> list[str]:
         plan = plan_loader_patches()
         if plan is None:
             _refused = True
-            _logger.warning(
+            vllm_logger().warning(
                 "scalar-scales: vLLM %s: MoE loader not recognised (no FusedMoE/RoutedExperts whose loader methods "
                 "take the parameters we patch); nothing patched",
                 version,
@@ -100,7 +99,7 @@ def apply() -> list[str]:
         owner = plan.owner.rsplit(".", 1)[-1]
         patched = [patch.attribute for patch in plan.patches]
         already = f"; already coerced upstream: {', '.join(plan.already_coerced)}" if plan.already_coerced else ""
-        _logger.info("scalar-scales: vLLM %s %s: patched %s%s", version, owner, ", ".join(patched), already)
+        vllm_logger().info("scalar-scales: vLLM %s %s: patched %s%s", version, owner, ", ".join(patched), already)
         return patches.applied_targets()
 
 
@@ -109,9 +108,16 @@ def _apply_without_breaking_vllm() -> None:
     try:
         apply()
     except Exception as error:  # noqa: BLE001 - reported, never raised into vLLM's import
-        _logger.warning(
+        vllm_logger().warning(
             "scalar-scales: vLLM %s: could not patch the MoE loader (%s); nothing patched", _vllm_version(), error
         )
+
+
+@functools.cache
+def emulation_patches(module: str) -> PatchSet:
+    """The NVFP4 emulation's patches of one vLLM module (a key of ``nvfp4_emulation.EMULATION_PATCHES``)."""
+    name = f"vllm_patch.nvfp4_emulation ({module.rsplit('.', 1)[-1]})"
+    return PatchSet(name, EMULATION_PATCHES[module], check=lambda: f"vLLM {_vllm_version()}")
 
 
 def apply_emulation(module: str) -> None:
@@ -121,23 +127,12 @@ def apply_emulation(module: str) -> None:
     patching is harmless elsewhere. A vLLM whose NVFP4 code we do not
     recognise gets a warning line and no emulation: vLLM's own error stands.
     """
-    with _emulation_lock:
-        if module in _emulation:
-            return
-        def check() -> str:
-            check_structure(module)
-            return f"vLLM {_vllm_version()}"
-
-        name = f"vllm_patch.nvfp4_emulation ({module.rsplit('.', 1)[-1]})"
-        patches = PatchSet(name, EMULATION_PATCHES[module], check)
-        try:
-            patches.apply()
-        except Exception as error:  # noqa: BLE001 - reported, never raised into vLLM's import
-            _logger.warning(
-                "scalar-scales: vLLM %s: NVFP4 code not recognised (%s); no NVFP4 emulation", _vllm_version(), error
-            )
-            return
-        _emulation[module] = patches
+    try:
+        emulation_patches(module).apply()
+    except Exception as error:  # noqa: BLE001 - reported, never raised into vLLM's import
+        vllm_logger().warning(
+            "scalar-scales: vLLM %s: NVFP4 code not recognised (%s); no NVFP4 emulation", _vllm_version(), error
+        )
 
 
 def revert() -> None:
@@ -148,9 +143,8 @@ def revert() -> None:
         if _patches is not None:
             _patches.revert()
             _patches = None
-    with _emulation_lock:
-        while _emulation:
-            _emulation.popitem()[1].revert()
+    for module in EMULATION_PATCHES:
+        emulation_patches(module).revert()
 
 
 def is_applied() -> bool:

@@ -21,13 +21,12 @@ run once per checkpoint scale.
 from __future__ import annotations
 
 import functools
-import inspect
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
 
-from scalar_scales.patching import Patch, import_dotted
+from scalar_scales.patching import Patch, UnsupportedUpstreamError
 from vllm_patch.scalar import to_scalar
 
 __all__ = ["LOADER_MODULES", "LoaderPlan", "plan_loader_patches"]
@@ -38,16 +37,6 @@ _MOE_CLASSES = (
 )
 LOADER_MODULES = frozenset(path.rpartition(".")[0] for path in _MOE_CLASSES)
 """The modules that define a MoE loader; patching waits until one of them is imported."""
-_PARAMETERS: dict[str, tuple[str, ...]] = {
-    "_load_per_tensor_weight_scale": ("self", "shard_id", "param", "loaded_weight", "expert_id"),
-    "_load_single_value": ("self", "param", "loaded_weight", "expert_id"),
-    "_load_per_channel_weight_scale": ("self", "expert_data", "shard_dim", "shard_id", "loaded_weight", "tp_rank"),
-    "_load_w2": ("self", "expert_data", "shard_dim", "loaded_weight", "tp_rank", "load_full"),
-}
-"""The loader methods we wrap, with the parameters both vLLM generations give them.
-
-``_load_w13`` is not here: it splits its destination into w1/w3 halves, so a
-0-D slot fails there (IndexError) whatever the shape of the value."""
 
 
 class LoaderPlan(NamedTuple):
@@ -59,30 +48,24 @@ class LoaderPlan(NamedTuple):
 
 
 def plan_loader_patches() -> LoaderPlan | None:
-    """The patches for the installed vLLM's MoE loader, or None when we do not recognise it."""
+    """The patches for the installed vLLM's MoE loader, or None when we do not recognise it.
+
+    A class is recognised when every method of ``_LOADER_METHODS`` is on it
+    with the parameters we wrap.
+    """
     for owner_path in _MOE_CLASSES:
-        owner = import_dotted(owner_path)
-        if owner is not None and all(_has_parameters(owner, name, expected) for name, expected in _PARAMETERS.items()):
-            return _plan_for(owner_path, owner)
+        patches = [
+            Patch(owner_path, name, wrap, why, parameters=parameters)
+            for name, (parameters, wrap, why) in _LOADER_METHODS.items()
+        ]
+        try:
+            originals = [patch.resolve()[1] for patch in patches]
+        except UnsupportedUpstreamError:
+            continue
+        already = [patch.attribute for patch, original in zip(patches, originals, strict=True)
+                   if "_to_scalar" in _code_names(original)]
+        return LoaderPlan(owner_path, patches, already)
     return None
-
-
-def _has_parameters(owner: type, name: str, expected: tuple[str, ...]) -> bool:
-    method = vars(owner).get(name)
-    return method is not None and tuple(inspect.signature(method).parameters) == expected
-
-
-def _plan_for(owner_path: str, owner: type) -> LoaderPlan:
-    methods = vars(owner)
-    wrappers = {
-        "_load_per_tensor_weight_scale": (_per_tensor, "one value per slot, named error otherwise"),
-        "_load_single_value": (_single_value, "one value per scalar slot; weight_shape untouched"),
-        "_load_per_channel_weight_scale": (_copy_into_slot, "(1,) into a 0-D slot, which copy_ refuses"),
-        "_load_w2": (_copy_into_slot, "(1,) into a 0-D slot, which copy_ refuses"),
-    }
-    already = [name for name in wrappers if "_to_scalar" in _code_names(methods[name])]
-    patches = [Patch(owner_path, name, wrap, why) for name, (wrap, why) in wrappers.items()]
-    return LoaderPlan(owner_path, patches, already)
 
 
 def _per_tensor(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -147,3 +130,31 @@ def _code_names(method: Any) -> tuple[str, ...]:
     function = getattr(method, "__func__", method)
     code = getattr(function, "__code__", None)
     return code.co_names if code is not None else ()
+
+
+_LOADER_METHODS: dict[str, tuple[tuple[str, ...], Callable[[Callable[..., Any]], Callable[..., Any]], str]] = {
+    "_load_per_tensor_weight_scale": (
+        ("self", "shard_id", "param", "loaded_weight", "expert_id"),
+        _per_tensor,
+        "one value per slot, named error otherwise",
+    ),
+    "_load_single_value": (
+        ("self", "param", "loaded_weight", "expert_id"),
+        _single_value,
+        "one value per scalar slot; weight_shape untouched",
+    ),
+    "_load_per_channel_weight_scale": (
+        ("self", "expert_data", "shard_dim", "shard_id", "loaded_weight", "tp_rank"),
+        _copy_into_slot,
+        "(1,) into a 0-D slot, which copy_ refuses",
+    ),
+    "_load_w2": (
+        ("self", "expert_data", "shard_dim", "loaded_weight", "tp_rank", "load_full"),
+        _copy_into_slot,
+        "(1,) into a 0-D slot, which copy_ refuses",
+    ),
+}
+"""The loader methods we wrap: the parameters both vLLM generations give them, the wrapper, and why.
+
+``_load_w13`` is not here: it splits its destination into w1/w3 halves, so a
+0-D slot fails there (IndexError) whatever the shape of the value."""

@@ -27,21 +27,20 @@ installed next to vLLM.
 from __future__ import annotations
 
 import functools
-import inspect
-import logging
 import os
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from scalar_scales.patching import Patch, UnsupportedUpstreamError, import_dotted
+from scalar_scales.patching import Patch
+from vllm_patch.vllm_logging import vllm_logger
 
 __all__ = [
     "EMULATION_PATCHES",
     "ENV",
+    "MOE_METHOD_MODULE",
     "EmulatedNvfp4LinearKernel",
-    "check_structure",
     "dequantize_nvfp4",
     "emulation_enabled",
     "fake_quantize_nvfp4_activation",
@@ -51,19 +50,18 @@ ENV = "SCALAR_SCALES_NVFP4_EMULATION"
 """Set to 0 to keep vLLM's refusal instead of emulating NVFP4 on the CPU."""
 
 _LINEAR_SCHEME = "vllm.model_executor.layers.quantization.compressed_tensors.schemes.compressed_tensors_w4a4_nvfp4"
-_MOE_METHOD = (
+MOE_METHOD_MODULE = (
     "vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe.compressed_tensors_moe_w4a4_nvfp4"
 )
-_logger = logging.getLogger("vllm.scalar_scales")
+"""Where vLLM chooses an NVFP4 MoE backend and defines the compressed-tensors NVFP4 MoE method."""
 
 
 def emulation_enabled() -> bool:
     return os.environ.get(ENV, "1") != "0"
 
 
-@functools.cache
 def _warn_once() -> None:
-    _logger.warning(
+    vllm_logger().warning_once(
         "scalar-scales: vLLM has no NVFP4 kernel on the CPU; emulating NVFP4 (dequantized weights, "
         "compressed-tensors activation fake-quant). %s=0 turns this off.",
         ENV,
@@ -351,49 +349,38 @@ EMULATION_PATCHES: dict[str, list[Patch]] = {
             "init_nvfp4_linear_kernel",
             _emulate_on_refusal(ValueError, _emulated_linear_kernel),
             "emulate where vLLM has no NVFP4 kernel",
+            parameters=("use_a16",),
         ),
         Patch(
             f"{_LINEAR_SCHEME}.CompressedTensorsW4A4Fp4",
             "process_weights_after_loading",
             _wrap_linear_process,
             "dequantize each partition with its own global scale",
+            parameters=("self", "layer"),
         ),
     ],
-    _MOE_METHOD: [
+    MOE_METHOD_MODULE: [
         Patch(
-            _MOE_METHOD,
+            MOE_METHOD_MODULE,
             "select_nvfp4_moe_backend",
             _emulate_on_refusal(NotImplementedError, _emulation_backend),
             "emulate where no NVFP4 MoE backend fits",
         ),
         Patch(
-            f"{_MOE_METHOD}.CompressedTensorsW4A4Nvfp4MoEMethod",
+            f"{MOE_METHOD_MODULE}.CompressedTensorsW4A4Nvfp4MoEMethod",
             "process_weights_after_loading",
             _wrap_moe_process,
             "dequantize every expert projection with its own global scale",
+            parameters=("self", "layer"),
         ),
-        Patch(f"{_MOE_METHOD}.CompressedTensorsW4A4Nvfp4MoEMethod", "apply", _wrap_moe_apply, "run experts emulated"),
+        Patch(
+            f"{MOE_METHOD_MODULE}.CompressedTensorsW4A4Nvfp4MoEMethod",
+            "apply",
+            _wrap_moe_apply,
+            "run experts emulated",
+            parameters=("self", "layer", "x", "topk_weights", "topk_ids", "shared_experts", "shared_experts_input"),
+        ),
     ],
 }
-"""Per vLLM module (patched once that module is imported): what the emulation wraps, and why."""
-
-_SIGNATURES: dict[str, tuple[str, ...]] = {
-    f"{_LINEAR_SCHEME}.init_nvfp4_linear_kernel": ("use_a16",),
-    f"{_LINEAR_SCHEME}.CompressedTensorsW4A4Fp4.process_weights_after_loading": ("self", "layer"),
-    f"{_MOE_METHOD}.CompressedTensorsW4A4Nvfp4MoEMethod.process_weights_after_loading": ("self", "layer"),
-    f"{_MOE_METHOD}.CompressedTensorsW4A4Nvfp4MoEMethod.apply": (
-        "self", "layer", "x", "topk_weights", "topk_ids", "shared_experts", "shared_experts_input",
-    ),
-}
-"""The parameters each wrapped function must have: the emulation calls them, so it checks them first."""
-
-
-def check_structure(module: str) -> None:
-    """Refuse (``UnsupportedUpstreamError``) unless vLLM's NVFP4 code in ``module`` has the shape we wrap."""
-    for path, expected in _SIGNATURES.items():
-        if not path.startswith(f"{module}."):
-            continue
-        function = import_dotted(path)
-        found = tuple(inspect.signature(function).parameters) if callable(function) else None
-        if found != expected:
-            raise UnsupportedUpstreamError(f"{path} takes {found}, not {expected}")
+"""Per vLLM module (patched once that module is imported): what the emulation wraps, why, and the parameters
+it calls each original with."""

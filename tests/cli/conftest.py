@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from cli_support import make_checkpoint
+
+from scalar_scales_testkit.cli import make_checkpoint
 
 
 @pytest.fixture

@@ -10,7 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cli_support import make_checkpoint, rewrite_header, run_cli, shards, snapshot
+
+from scalar_scales_testkit.cli import make_checkpoint, rewrite_header, run_cli, shards, snapshot
 
 
 def truncate(path: Path) -> None:

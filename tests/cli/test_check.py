@@ -6,9 +6,8 @@ import json
 import math
 import struct
 
-from cli_support import run_cli, shards
-
 from scalar_scales.checkpoint import read_headers
+from scalar_scales_testkit.cli import run_cli, shards
 
 
 def set_scale_value(checkpoint, suffix: str, index: int, value: float) -> str:

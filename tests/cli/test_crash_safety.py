@@ -9,10 +9,10 @@ import subprocess
 import sys
 import time
 
-from cli_support import data_digest, run_cli, shards
 from safetensors import safe_open
 
-from scalar_scales.synthetic import write_synthetic_checkpoint
+from scalar_scales_testkit.cli import data_digest, run_cli, shards
+from scalar_scales_testkit.synthetic import write_synthetic_checkpoint
 
 KILLS = 24
 

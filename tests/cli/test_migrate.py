@@ -5,9 +5,16 @@ from __future__ import annotations
 import json
 import struct
 
-from cli_support import assert_migrate_refuses, data_digest, make_checkpoint, rewrite_header, run_cli, shards, snapshot
-
 from scalar_scales.checkpoint import read_headers
+from scalar_scales_testkit.cli import (
+    assert_migrate_refuses,
+    data_digest,
+    make_checkpoint,
+    rewrite_header,
+    run_cli,
+    shards,
+    snapshot,
+)
 
 
 def scale_shapes(folder) -> set[tuple[int, ...]]:

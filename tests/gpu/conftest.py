@@ -17,10 +17,10 @@ import pytest
 pytest.importorskip("llmcompressor", reason="the GPU check needs llm-compressor (see scripts/gpu_check.sh)")
 
 import torch  # noqa: E402
-from producer_support import quantize_to  # noqa: E402
-from roundtrip_support import installed_versions  # noqa: E402
 
-from scalar_scales import toy_moe  # noqa: E402
+from compressed_tensors_patch import toy_moe  # noqa: E402
+from scalar_scales_testkit.producer import quantize_to  # noqa: E402
+from scalar_scales_testkit.roundtrip import installed_versions  # noqa: E402
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

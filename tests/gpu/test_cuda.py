@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import global_scale_shapes
-from producer_support import cosine, differing, load_and_run
 
 import vllm_patch
-from scalar_scales import toy_moe
+from compressed_tensors_patch import toy_moe
+from scalar_scales_testkit.checkpoints import global_scale_shapes
+from scalar_scales_testkit.producer import cosine, differing, load_and_run
 
 MIN_COSINE = 0.95
 

@@ -15,10 +15,9 @@ import pytest
 
 pytest.importorskip("llmcompressor", reason="producer tests run in the producer environments")
 
-from producer_support import quantize_to  # noqa: E402
-
 import compressed_tensors_patch  # noqa: E402
-from scalar_scales import toy_moe  # noqa: E402
+from compressed_tensors_patch import toy_moe  # noqa: E402
+from scalar_scales_testkit.producer import quantize_to  # noqa: E402
 
 Quantize = Callable[..., Path]
 

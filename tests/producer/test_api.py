@@ -12,6 +12,7 @@ import pytest
 import compressed_tensors_patch
 from compressed_tensors_patch import _PATCHES
 from scalar_scales.patching import import_dotted
+from scalar_scales_testkit.producer import loguru_messages
 
 UNSUPPORTED_OVERLAY = Path(sys.prefix) / "overlays" / "compressed-tensors-0.17.0"
 
@@ -69,12 +70,21 @@ def test_applied_inside_apply_leaves_the_patch_applied():
     assert compressed_tensors_patch.is_applied()
 
 
-def test_apply_logs_one_line_naming_the_version_and_targets(caplog):
-    with caplog.at_level("INFO", logger="scalar_scales"):
+def test_apply_logs_one_line_naming_the_version_and_targets():
+    with loguru_messages() as messages:
         compressed_tensors_patch.apply()
-    (record,) = caplog.records
-    assert "compressed-tensors 0." in record.getMessage()
-    assert "NVFP4PackedCompressor.compress" in record.getMessage()
+    (message,) = [m for m in messages if m.startswith("compressed_tensors_patch: ")]
+    assert "compressed-tensors 0." in message
+    assert "NVFP4PackedCompressor.compress" in message
+
+
+def test_the_applied_line_shows_by_default_in_an_llm_compressor_run():
+    """llm-compressor configures loguru when imported; the line goes to its console like llm-compressor's own."""
+    script = "import llmcompressor, compressed_tensors_patch\ncompressed_tensors_patch.apply()\n"
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    console = result.stdout + result.stderr
+    (line,) = [line for line in console.splitlines() if "compressed_tensors_patch applied to" in line]
+    assert "| INFO - scalar-scales: compressed_tensors_patch applied to compressed-tensors 0." in line
 
 
 def test_apply_refuses_an_unsupported_release_and_patches_nothing():

@@ -1,4 +1,4 @@
-"""`scalar-scales demo`, run through the installed console script as a user would."""
+"""`scalar-scales-demo`, run through the installed console script as a user would."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 
 def test_demo_shows_0d_scales_and_format_version_2_beside_legacy(tmp_path):
-    script = Path(sys.executable).parent / "scalar-scales"
+    script = Path(sys.executable).parent / "scalar-scales-demo"
     result = subprocess.run(
-        [str(script), "demo", "--scheme", "NVFP4A16", "--workdir", str(tmp_path)],
+        [str(script), "--scheme", "NVFP4A16", "--workdir", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=600,

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 from llmcompressor import oneshot
-from producer_support import load_bf16
 
 import compressed_tensors_patch
-from scalar_scales import toy_moe
+from compressed_tensors_patch import toy_moe
+from scalar_scales_testkit.producer import load_bf16
 
 BAD = "model.layers.0.self_attn.q_proj.weight_global_scale"
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from producer_support import cosine, differing, load_and_run
+import torch
 
-from scalar_scales import toy_moe
+import compressed_tensors_patch
+from compressed_tensors_patch import toy_moe
+from scalar_scales_testkit.producer import cosine, differing, load_and_run, load_reference
 
 SCHEMES = toy_moe.SCHEMES
 MIN_COSINE = 0.95
@@ -38,3 +40,23 @@ def test_unpatched_stack_loads_format2_but_decompresses_differently(artifact, pr
     assert cosine(logits, bf16_logits) >= MIN_COSINE
     assert {tuple(t.shape) for n, t in scalar.items() if n.endswith("weight_global_scale")} == {()}
     assert [n for n in differing(legacy, scalar) if n.endswith(".weight")] != []
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("leave", ["revert", "block"])
+def test_a_model_loaded_under_the_patch_decompresses_like_legacy_when_first_run_after_it(
+    artifact, prompt_ids, scheme, leave
+):
+    """compressed-tensors decompresses on the first forward; the patch may be gone by then."""
+    legacy, _ = load_and_run(artifact(scheme, patched=False), prompt_ids, patched=True)
+    if leave == "block":
+        with compressed_tensors_patch.applied():
+            model = load_reference(artifact(scheme, patched=True))
+    else:
+        compressed_tensors_patch.apply()
+        model = load_reference(artifact(scheme, patched=True))
+        compressed_tensors_patch.revert()
+    assert not compressed_tensors_patch.is_applied()
+    with torch.no_grad():
+        model(prompt_ids)
+    assert differing(legacy, {name: p.detach() for name, p in model.named_parameters()}) == []

@@ -6,13 +6,13 @@ import json
 
 import pytest
 from compressed_tensors.quantization import QuantizationConfig
-from helpers import global_scale_shapes, quantization_config
 from test_save_paths import CASES
 from transformers import AutoConfig
 from transformers.utils.quantization_config import CompressedTensorsConfig
 
 import compressed_tensors_patch
-from scalar_scales import toy_moe
+from scalar_scales_testkit.checkpoints import global_scale_shapes, quantization_config
+from scalar_scales_testkit.producer import load_reference
 
 
 @pytest.mark.parametrize(("scheme", "save_path"), CASES)
@@ -47,7 +47,7 @@ def test_unpatched_transformers_config_accepts_the_key(artifact):
 
 def test_unpatched_transformers_drops_the_key_on_resave(artifact, tmp_path):
     """Upstream behaviour that the patch exists to change: the marker is lost, the 0-D scales stay."""
-    model = toy_moe.load_reference(artifact("NVFP4", patched=True))
+    model = load_reference(artifact("NVFP4", patched=True))
     model.save_pretrained(tmp_path)
     assert "format_version" not in quantization_config(tmp_path)
     assert global_scale_shapes(tmp_path) == {()}
@@ -56,7 +56,7 @@ def test_unpatched_transformers_drops_the_key_on_resave(artifact, tmp_path):
 def test_marker_survives_transformers_load_and_save_pretrained_while_patched(artifact, tmp_path):
     source = artifact("NVFP4", patched=True)
     with compressed_tensors_patch.applied():
-        model = toy_moe.load_reference(source)
+        model = load_reference(source)
         model.save_pretrained(tmp_path)
     assert quantization_config(tmp_path)["format_version"] == 2
     assert global_scale_shapes(tmp_path) == {()}
@@ -65,7 +65,7 @@ def test_marker_survives_transformers_load_and_save_pretrained_while_patched(art
 def test_resaved_legacy_artifact_stays_legacy_while_patched(artifact, tmp_path):
     """A loaded legacy checkpoint keeps its (1,) layout in memory, so it is written and declared legacy."""
     with compressed_tensors_patch.applied():
-        model = toy_moe.load_reference(artifact("NVFP4", patched=False))
+        model = load_reference(artifact("NVFP4", patched=False))
         model.save_pretrained(tmp_path)
     assert "format_version" not in quantization_config(tmp_path)
     assert global_scale_shapes(tmp_path) == {(1,)}

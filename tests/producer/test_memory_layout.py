@@ -4,24 +4,23 @@ from __future__ import annotations
 
 import torch
 from llmcompressor import oneshot
-from producer_support import load_bf16
 
 import compressed_tensors_patch
-from compressed_tensors_patch.scales import GLOBAL_SCALE_NAMES
-from scalar_scales import toy_moe
+from compressed_tensors_patch import toy_moe
+from scalar_scales.checkpoint import is_global_scale
+from scalar_scales_testkit.producer import load_bf16, load_reference
 
 
 def _global_scale_shapes(model: torch.nn.Module) -> set[tuple[int, ...]]:
-    return {tuple(p.shape) for name, p in model.named_parameters() if name.endswith(GLOBAL_SCALE_NAMES)}
+    return {tuple(p.shape) for name, p in model.named_parameters() if is_global_scale(name)}
 
 
 def test_global_scales_stay_shape_1_during_patched_calibration(bf16_dir):
     seen: set[tuple[int, ...]] = set()
 
     def record(module: torch.nn.Module, args: object) -> None:
-        for name in GLOBAL_SCALE_NAMES:
-            scale = getattr(module, name, None)
-            if isinstance(scale, torch.Tensor):
+        for name, scale in module.named_parameters(recurse=False):
+            if is_global_scale(name):
                 seen.add(tuple(scale.shape))
 
     handle = torch.nn.modules.module.register_module_forward_pre_hook(record)
@@ -47,7 +46,7 @@ def test_patched_save_then_forward_restores_shape_1_in_memory(bf16_dir, tmp_path
 
 def test_patched_load_of_format2_decompresses_to_shape_1(artifact, prompt_ids):
     with compressed_tensors_patch.applied():
-        model = toy_moe.load_reference(artifact("NVFP4", patched=True))
+        model = load_reference(artifact("NVFP4", patched=True))
         with torch.no_grad():
             model(prompt_ids)
     assert _global_scale_shapes(model) == {(1,)}

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from helpers import described, quantization_config, tensor_bytes
-from producer_support import differing, load_and_run, migrated_copy
 
-from scalar_scales import toy_moe
+from compressed_tensors_patch import toy_moe
+from scalar_scales_testkit.checkpoints import described, quantization_config, tensor_bytes
+from scalar_scales_testkit.producer import differing, load_and_run, migrated_copy
 
 
 @pytest.mark.parametrize("scheme", toy_moe.SCHEMES)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from producer_support import quantize_to
+
+from scalar_scales_testkit.producer import quantize_to
 
 OTHER_SCHEMES = ("FP8", "W4A16", "MXFP4")
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from helpers import global_scale_shapes, tensor_bytes, tensor_entries
-from producer_support import SAVE_PATH_CASES as CASES
 
 from scalar_scales.checkpoint import is_global_scale
+from scalar_scales_testkit.checkpoints import global_scale_shapes, tensor_bytes, tensor_entries
+from scalar_scales_testkit.producer import SAVE_PATH_CASES as CASES
 
 EXPECTED_GLOBAL_SCALES = {"NVFP4": 112, "NVFP4A16": 56}
 

@@ -8,7 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from roundtrip_support import MIGRATED, Artifact, all_artifacts, artifacts_root
+
+from scalar_scales_testkit.roundtrip import MIGRATED, Artifact, all_artifacts, artifacts_root
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import json
 
-from helpers import described, quantization_config, tensor_bytes, tensor_entries
-from roundtrip_support import MIGRATED, Result
-
 from scalar_scales.checkpoint import format_version, is_global_scale, read_config
+from scalar_scales_testkit.checkpoints import described, quantization_config, tensor_bytes, tensor_entries
+from scalar_scales_testkit.roundtrip import MIGRATED, Result
 
 LAYOUT = {"legacy": ("(1,)", 1), "format2": ("()", 2), "legacy-migrated": ("()", 2), "format2-to-legacy": ("(1,)", 1)}
 """Form -> (shape of every global scale on disk, format_version)."""

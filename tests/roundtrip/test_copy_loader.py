@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from roundtrip_support import (
+
+import vllm_patch
+from scalar_scales_testkit.roundtrip import (
     Artifact,
     Result,
     error_line,
@@ -19,8 +21,6 @@ from roundtrip_support import (
     same_values,
     scales_digest,
 )
-
-import vllm_patch
 
 CONSUMER = f"copy_ into 0-D slots (torch {torch.__version__})"
 FIXES = {False: "none", True: "vllm_patch.to_scalar"}

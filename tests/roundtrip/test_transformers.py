@@ -16,9 +16,14 @@ pytest.importorskip("llmcompressor", reason="the transformers consumer runs in t
 import compressed_tensors  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from producer_support import cosine, differing, load_and_run  # noqa: E402
-from roundtrip_support import (  # noqa: E402
-    GLOBAL_SCALE_SUFFIXES,
+
+from scalar_scales_testkit.producer import (  # noqa: E402
+    cosine,
+    differing,
+    load_and_run,
+    max_relative_difference,
+)
+from scalar_scales_testkit.roundtrip import (  # noqa: E402
     MIN_COSINE,
     Artifact,
     Result,
@@ -29,7 +34,13 @@ from roundtrip_support import (  # noqa: E402
 )
 
 CONSUMER = f"transformers {transformers.__version__} + compressed-tensors {compressed_tensors.__version__}"
+from scalar_scales.checkpoint import is_global_scale  # noqa: E402
+
 FIXES = {False: "none", True: "compressed_tensors_patch"}
+MAX_UNPATCHED_RELATIVE_DIFFERENCE = 2**-7
+"""Rounding ``scale / global_scale`` to bf16 before the product, instead of after it, moves a weight by at most
+one bf16 step, which is at most 2^-7 of its value."""
+MIN_UNPATCHED_COSINE_VS_LEGACY = 0.98
 
 
 @dataclass
@@ -52,7 +63,7 @@ def load(artifact: Artifact, patched: bool, prompt_ids: torch.Tensor) -> Loaded:
     except Exception as error:
         result.error = error_line(error)
         return Loaded(result, {}, None)
-    scales = {n: p for n, p in params.items() if n.endswith(GLOBAL_SCALE_SUFFIXES)}
+    scales = {n: p for n, p in params.items() if is_global_scale(n)}
     result.loads = True
     result.scales_equal_disk = same_values(scales, global_scales_on_disk(artifact.path))
     result.scales_digest = scales_digest(scales)
@@ -84,7 +95,12 @@ def loaded(prompt_ids, bf16_logits):
         entry = cache[key] = load(artifact, patched, prompt_ids)
         if entry.result.loads:
             legacy = None if artifact.form == "legacy" else get(artifact.in_form("legacy"), patched)
-            entry.result.details["weights_vs_legacy"] = compare_with_legacy(entry, legacy)
+            verdict = entry.result.details["weights_vs_legacy"] = compare_with_legacy(entry, legacy)
+            if legacy is not None and verdict.endswith(" differ"):
+                entry.result.details["max_relative_difference"] = (
+                    f"{max_relative_difference(legacy.weights, entry.weights):.1e}"
+                )
+                entry.result.details["logits_cosine_vs_legacy"] = f"{cosine(entry.logits, legacy.logits):.4f}"
             entry.result.details["cosine_ok"] = cosine(entry.logits, bf16_logits) >= MIN_COSINE
         entry.result.record("transformers")
         return entry
@@ -127,3 +143,13 @@ def test_unpatched_stack_decompresses_0d_artifacts_differently_from_legacy(loade
     on_disk_0d = artifact.form in ("format2", "legacy-migrated")
     verdict = loaded(artifact, False).result.details["weights_vs_legacy"]
     assert (verdict not in ("reference", "identical")) == on_disk_0d
+
+
+def test_the_unpatched_difference_is_quantified_and_small(loaded, artifact):
+    """How far 0-D forms decompress from legacy in an unpatched stack: bf16 rounding of the group scales."""
+    details = loaded(artifact, False).result.details
+    if artifact.form not in ("format2", "legacy-migrated"):
+        assert "max_relative_difference" not in details
+        return
+    assert 0 < float(details["max_relative_difference"]) <= MAX_UNPATCHED_RELATIVE_DIFFERENCE
+    assert float(details["logits_cosine_vs_legacy"]) >= MIN_UNPATCHED_COSINE_VS_LEGACY

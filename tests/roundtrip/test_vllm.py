@@ -15,14 +15,16 @@ import pytest
 
 pytest.importorskip("vllm", reason="the vLLM consumer runs in the serving and legacy-vllm environments")
 
-import vllm_support  # noqa: E402
+from scalar_scales_testkit import vllm_layers  # noqa: E402
 
-vllm_support.select_cpu_platform()
+vllm_layers.select_cpu_platform()
 
 import torch  # noqa: E402
 import vllm  # noqa: E402
-from roundtrip_support import (  # noqa: E402
-    GLOBAL_SCALE_SUFFIXES,
+
+import vllm_patch  # noqa: E402
+from scalar_scales.checkpoint import is_global_scale  # noqa: E402
+from scalar_scales_testkit.roundtrip import (  # noqa: E402
     Artifact,
     Result,
     error_line,
@@ -32,9 +34,7 @@ from roundtrip_support import (  # noqa: E402
     scales_digest,
 )
 
-import vllm_patch  # noqa: E402
-
-LOADER = "RoutedExperts" if vllm_support.is_routed_experts() else "FusedMoE"
+LOADER = "RoutedExperts" if vllm_layers.is_routed_experts() else "FusedMoE"
 CONSUMER = f"vLLM {vllm.__version__} {LOADER}"
 FIXES = {False: "none", True: "scalar_scales plugin"}
 
@@ -44,12 +44,12 @@ def load(artifact: Artifact, plugin: bool) -> Result:
     vllm_patch.apply() if plugin else vllm_patch.revert()
     scales: dict[str, torch.Tensor] = {}
     try:
-        for prefix in vllm_support.moe_layers(artifact.path):
-            layer = vllm_support.build_moe_layer(artifact.path, prefix)
-            weights = vllm_support.expert_tensors(artifact.path, prefix)
-            vllm_support.load_into_layer(layer, weights)
-            names = [name for name, _ in weights if name.endswith(GLOBAL_SCALE_SUFFIXES)]
-            scales.update({name: vllm_support.loaded_value(layer, name).clone() for name in names})
+        for prefix in vllm_layers.moe_layers(artifact.path):
+            layer = vllm_layers.build_moe_layer(artifact.path, prefix)
+            weights = vllm_layers.expert_tensors(artifact.path, prefix)
+            vllm_layers.load_into_layer(layer, weights)
+            names = [name for name, _ in weights if is_global_scale(name)]
+            scales.update({name: vllm_layers.loaded_value(layer, name).clone() for name in names})
     except Exception as error:
         result.error = error_line(error)
         return result
@@ -57,7 +57,7 @@ def load(artifact: Artifact, plugin: bool) -> Result:
         vllm_patch.revert()
     result.loads = True
     on_disk = global_scales_on_disk(artifact.path)
-    expert_scales = {n: t for n, t in on_disk.items() if vllm_support.EXPERT_TENSOR.match(n)}
+    expert_scales = {n: t for n, t in on_disk.items() if vllm_layers.EXPERT_TENSOR.match(n)}
     result.scales_equal_disk = same_values(scales, expert_scales)
     result.scales_digest = scales_digest(scales)
     return result
@@ -65,7 +65,7 @@ def load(artifact: Artifact, plugin: bool) -> Result:
 
 @pytest.fixture(scope="module", autouse=True)
 def _vllm_context():
-    with vllm_support.vllm_context():
+    with vllm_layers.vllm_context():
         yield
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -22,7 +23,8 @@ def test_version_prints_the_installed_version():
 def test_help_lists_the_commands():
     result = run("--help")
     assert result.returncode == 0
-    assert "demo" in result.stdout
+    commands = [match[1] for line in result.stdout.splitlines() if (match := re.match(r"    (\w+) ", line))]
+    assert commands == ["check", "migrate"]
 
 
 def test_no_command_prints_help_and_exits_2(capsys):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 import types
 
 import pytest
@@ -78,3 +79,68 @@ def test_apply_twice_wraps_once(upstream):
     patches.apply()
     patches.apply()
     assert upstream.Compressor.compress(3) == 6
+
+
+def test_a_row_whose_original_takes_other_parameters_refuses_the_whole_set(upstream):
+    original_helper = upstream.helper
+    patches = patch_set(
+        Patch("scalar_scales_test_upstream", "helper", lambda f: lambda: "patched", "why"),
+        Patch("scalar_scales_test_upstream.Compressor", "compress", doubling, "why", parameters=("cls", "y")),
+    )
+    with pytest.raises(UnsupportedUpstreamError, match=r"Compressor.compress takes \('cls', 'x'\), not \('cls', 'y'\)"):
+        patches.apply()
+    assert upstream.helper is original_helper
+
+
+def test_a_row_whose_original_takes_the_declared_parameters_is_applied(upstream):
+    row = Patch("scalar_scales_test_upstream.Compressor", "compress", doubling, "why", parameters=("cls", "x"))
+    patches = patch_set(row)
+    patches.apply()
+    assert upstream.Compressor.compress(3) == 6
+
+
+def test_nested_applied_blocks_revert_when_the_outer_one_exits(upstream):
+    patches = patch_set(Patch("scalar_scales_test_upstream.Compressor", "compress", doubling, "why"))
+    with patches.applied():
+        with patches.applied():
+            pass
+        assert patches.is_applied()
+    assert not patches.is_applied()
+
+
+def test_overlapping_blocks_in_two_threads_stay_patched_until_the_last_exits(upstream):
+    """Thread A enters, B enters, A exits while B is still inside: B must still run patched."""
+    patches = patch_set(Patch("scalar_scales_test_upstream.Compressor", "compress", doubling, "why"))
+    a_inside, b_inside, a_left = threading.Event(), threading.Event(), threading.Event()
+    seen_by_b: list[int] = []
+
+    def thread_a() -> None:
+        with patches.applied():
+            a_inside.set()
+            b_inside.wait(10)
+        a_left.set()
+
+    def thread_b() -> None:
+        a_inside.wait(10)
+        with patches.applied():
+            b_inside.set()
+            a_left.wait(10)
+            seen_by_b.append(upstream.Compressor.compress(3))
+
+    threads = [threading.Thread(target=thread_a), threading.Thread(target=thread_b)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
+    assert a_left.is_set() and seen_by_b == [6]
+    assert not patches.is_applied()
+    assert upstream.Compressor.compress(3) == 3
+
+
+def test_an_explicit_apply_outlives_every_block(upstream):
+    patches = patch_set(Patch("scalar_scales_test_upstream.Compressor", "compress", doubling, "why"))
+    with patches.applied():
+        patches.apply()
+    assert patches.is_applied()
+    patches.revert()
+    assert not patches.is_applied()

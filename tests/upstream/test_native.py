@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import json
-import logging
 import shutil
 
 import pytest
 import torch
-from helpers import described, global_scale_shapes, tensor_bytes
-from producer_support import SAVE_PATH_CASES, differing, load_and_run, quantize_to
 
 import compressed_tensors_patch
-from scalar_scales import toy_moe
+from compressed_tensors_patch import toy_moe
 from scalar_scales.checkpoint import FORMAT_VERSION_KEY
 from scalar_scales.migrate import migrate_checkpoint
+from scalar_scales_testkit.checkpoints import described, global_scale_shapes, tensor_bytes
+from scalar_scales_testkit.producer import SAVE_PATH_CASES, differing, load_and_run, loguru_messages, quantize_to
+from scalar_scales_testkit.roundtrip import prompt_ids
 
 ARTIFACT_FILES = ("model.safetensors", "config.json")
 
@@ -35,13 +35,13 @@ def native(runtime_saves, tmp_path_factory):
     return get
 
 
-def test_the_runtime_patch_detects_native_support_and_patches_nothing(caplog):
-    with caplog.at_level(logging.INFO, logger="scalar_scales"):
+def test_the_runtime_patch_detects_native_support_and_patches_nothing():
+    with loguru_messages() as messages:
         compressed_tensors_patch.apply()
         with compressed_tensors_patch.applied():
             assert not compressed_tensors_patch.is_applied()
     assert not compressed_tensors_patch.is_applied()
-    assert "writes 0-D global scales natively; nothing to patch" in caplog.text
+    assert any(m.endswith("writes 0-D global scales natively; nothing to patch") for m in messages)
 
 
 @pytest.mark.parametrize(("scheme", "save_path"), [c for c in SAVE_PATH_CASES if c[1] != "model_free"])
@@ -69,7 +69,7 @@ def test_native_stack_decompresses_legacy_and_format2_bit_identically(native, tm
     native_dir = native(scheme, "output_dir")
     legacy_dir = shutil.copytree(native_dir, tmp_path / "legacy")
     migrate_checkpoint(legacy_dir, to="legacy")
-    ids = torch.tensor(toy_moe.prompt_ids())
+    ids = torch.tensor(prompt_ids())
     (legacy, _), (scalar, _) = (load_and_run(path, ids, patched=False) for path in (legacy_dir, native_dir))
     assert global_scale_shapes(legacy_dir) == {(1,)}
     assert differing(legacy, scalar) == []

@@ -8,10 +8,10 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM tests run in the serving and legacy-vllm environments")
 
-import vllm_support  # noqa: E402
-from roundtrip_support import all_artifacts, artifacts_root  # noqa: E402
+from scalar_scales_testkit import vllm_layers  # noqa: E402
+from scalar_scales_testkit.roundtrip import all_artifacts, artifacts_root  # noqa: E402
 
-vllm_support.select_cpu_platform()
+vllm_layers.select_cpu_platform()
 
 import vllm_patch  # noqa: E402
 
@@ -34,7 +34,7 @@ def layer0() -> str:
 
 @pytest.fixture(scope="session", autouse=True)
 def vllm_context():
-    with vllm_support.vllm_context():
+    with vllm_layers.vllm_context():
         yield
 
 

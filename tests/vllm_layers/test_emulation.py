@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from roundtrip_support import checkpoint_tensors
 
 import vllm_patch
 from scalar_scales.patching import import_dotted
+from scalar_scales_testkit.roundtrip import checkpoint_tensors
 from vllm_patch import nvfp4_emulation
 
 PREFIX = "model.layers.0.mlp.experts.3.down_proj"

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from vllm_support import build_moe_layer, is_routed_experts, load_into_layer
 
 import vllm_patch
+from scalar_scales_testkit.vllm_layers import build_moe_layer, is_routed_experts, load_into_layer
 
 
 def per_channel_into_a_scalar_slot(layer, value: torch.Tensor) -> None:

@@ -7,19 +7,18 @@ import os
 import subprocess
 import sys
 from importlib import metadata
-from pathlib import Path
 
 import pytest
-from vllm_support import is_routed_experts
 
 import vllm_patch
 from scalar_scales.patching import import_dotted
+from scalar_scales_testkit.vllm_layers import is_routed_experts
 from vllm_patch.loaders import plan_loader_patches
 
 # vLLM 0.32 configures its log handlers when an engine starts; a bare discovery needs one to show INFO.
 DISCOVER = (
-    "import logging, sys; logging.basicConfig(level=logging.INFO); sys.path.insert(0, {tests!r})\n"
-    "import vllm_support; vllm_support.select_cpu_platform()\n"
+    "import logging, sys; logging.basicConfig(level=logging.INFO)\n"
+    "from scalar_scales_testkit import vllm_layers; vllm_layers.select_cpu_platform()\n"
     "from vllm.plugins import load_general_plugins\n"
     "load_general_plugins()\n"
     "import vllm_patch; print('applied before the loader is imported:', vllm_patch.is_applied())\n"
@@ -30,9 +29,8 @@ DISCOVER = (
 
 
 def discover(**env: str) -> str:
-    script = DISCOVER.format(tests=str(Path(__file__).parents[1]))
     result = subprocess.run(
-        [sys.executable, "-c", script], env={**os.environ, **env}, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", DISCOVER], env={**os.environ, **env}, capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0, result.stderr[-2000:]
     return result.stdout + result.stderr

@@ -1,4 +1,4 @@
-"""Test helpers that read artifacts through the project's own torch-free header reader."""
+"""Artifacts read through the product's own torch-free header reader: layouts, markers and raw tensor bytes."""
 
 from __future__ import annotations
 
@@ -7,12 +7,22 @@ from pathlib import Path
 from typing import Any
 
 from scalar_scales.checkpoint import is_global_scale, read_headers
-from scalar_scales.checkpoint import read_tensor_bytes as tensor_bytes  # noqa: F401  (re-exported for tests)
 from scalar_scales.safetensors_header import TensorEntry
+
+__all__ = ["described", "global_scale_shapes", "quantization_config", "tensor_bytes", "tensor_entries"]
 
 
 def tensor_entries(checkpoint: Path) -> dict[str, TensorEntry]:
     return {name: entry for header in read_headers(checkpoint) for name, entry in header.tensors.items()}
+
+
+def tensor_bytes(checkpoint: Path) -> dict[str, bytes]:
+    """Every tensor's raw data bytes, by name: for comparing artifacts exactly."""
+    out: dict[str, bytes] = {}
+    for header in read_headers(checkpoint):
+        data = header.path.read_bytes()[header.data_start :]
+        out.update({name: data[e.begin : e.end] for name, e in header.tensors.items()})
+    return out
 
 
 def described(checkpoint: Path) -> dict[str, tuple[str, tuple[int, ...]]]:

@@ -16,8 +16,25 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-from helpers import tensor_entries
-from roundtrip_support import checkpoint_tensors
+
+import vllm_patch
+from scalar_scales_testkit.checkpoints import tensor_entries
+from scalar_scales_testkit.roundtrip import checkpoint_tensors
+from vllm_patch.nvfp4_emulation import MOE_METHOD_MODULE
+
+__all__ = [
+    "EXPERT_TENSOR",
+    "SHARDS",
+    "build_moe_layer",
+    "expert_tensors",
+    "init_single_process_distributed",
+    "is_routed_experts",
+    "load_into_layer",
+    "loaded_value",
+    "moe_layers",
+    "select_cpu_platform",
+    "vllm_context",
+]
 
 
 def select_cpu_platform() -> None:
@@ -45,22 +62,13 @@ def init_single_process_distributed() -> None:
     initialize_model_parallel(1, 1)
 
 
-def stub_nvfp4_backend_selection() -> None:
-    """The CPU has no NVFP4 MoE kernel; choose the emulation backend so the layer can be built."""
-    import vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe.compressed_tensors_moe_w4a4_nvfp4 as nvfp4  # noqa: E501
-    from vllm.model_executor.layers.fused_moe.oracle.nvfp4 import NvFp4MoeBackend
-
-    nvfp4.select_nvfp4_moe_backend = lambda config, weight_key, activation_key: (NvFp4MoeBackend.EMULATION, None)
-
-
 @contextlib.contextmanager
 def vllm_context() -> Iterator[None]:
-    """What building a real MoE layer needs on the CPU: a current vLLM config, a 1-process group, a backend."""
+    """What building a real MoE layer needs on the CPU: a current vLLM config and a 1-process group."""
     from vllm.config import VllmConfig, set_current_vllm_config
 
     with set_current_vllm_config(VllmConfig()):
         init_single_process_distributed()
-        stub_nvfp4_backend_selection()
         yield
 
 
@@ -100,7 +108,7 @@ def build_moe_layer(artifact: Path, prefix: str) -> torch.nn.Module:
         intermediate_size=config.get("moe_intermediate_size") or config["intermediate_size"],
         quant_config=quant_config,
     )
-    with set_current_vllm_config(VllmConfig()):
+    with set_current_vllm_config(VllmConfig()), vllm_patch.emulation_patches(MOE_METHOD_MODULE).applied():
         if is_routed_experts():
             from vllm.model_executor.layers.fused_moe.layer import FusedMoEFactory
 

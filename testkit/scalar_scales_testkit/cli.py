@@ -10,7 +10,17 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from scalar_scales.synthetic import write_synthetic_checkpoint
+from scalar_scales_testkit.synthetic import write_synthetic_checkpoint
+
+__all__ = [
+    "assert_migrate_refuses",
+    "data_digest",
+    "make_checkpoint",
+    "rewrite_header",
+    "run_cli",
+    "shards",
+    "snapshot",
+]
 
 
 def make_checkpoint(directory: Path, *, shards: int = 3, experts: int = 4, layers: int = 2) -> Path:

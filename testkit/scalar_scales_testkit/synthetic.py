@@ -7,7 +7,7 @@
 ``config.json`` that says ``nvfp4-pack-quantized``. The data size is a
 parameter; the packed weights grow with it, the headers do not. Headers are
 compact JSON padded with spaces to 8 bytes, as the reference writer makes
-them. Used by the benchmarks and the migrate tests.
+them. Used by the benchmarks and the command-line tests.
 """
 
 from __future__ import annotations
@@ -55,16 +55,14 @@ def write_synthetic_checkpoint(
         if not members:
             break
         name = f"model-{index + 1:05d}-of-{shards:05d}.safetensors"
-        total += _write_shard(directory / name, members, rows, packed_cols, rng)
-        weight_map.update({f"{m}.{suffix}": name for m in members for suffix in _SUFFIXES})
+        size, tensors = _write_shard(directory / name, members, rows, packed_cols, rng)
+        total += size
+        weight_map.update(dict.fromkeys(tensors, name))
     (directory / INDEX_NAME).write_text(
         json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2)
     )
     (directory / CONFIG_NAME).write_text(json.dumps(nvfp4_checkpoint_config(), indent=2, sort_keys=True))
     return directory
-
-
-_SUFFIXES = ("input_global_scale", "weight_global_scale", "weight_packed", "weight_scale")
 
 
 def _packed_shape(data_bytes: int, count: int) -> tuple[int, int]:
@@ -74,7 +72,10 @@ def _packed_shape(data_bytes: int, count: int) -> tuple[int, int]:
     return max(1, per_projection // (packed_cols + packed_cols // 8)), packed_cols
 
 
-def _write_shard(path: Path, members: list[str], rows: int, packed_cols: int, rng: random.Random) -> int:
+def _write_shard(
+    path: Path, members: list[str], rows: int, packed_cols: int, rng: random.Random
+) -> tuple[int, list[str]]:
+    """Write one shard; return its data size and the names of its tensors."""
     entries: dict[str, dict[str, object]] = {}
     offset = 0
     scale_values: list[float] = []
@@ -103,7 +104,7 @@ def _write_shard(path: Path, members: list[str], rows: int, packed_cols: int, rn
             chunk = block[: min(len(block), remaining)]
             f.write(chunk)
             remaining -= len(chunk)
-    return offset
+    return offset, list(entries)
 
 
 def nvfp4_checkpoint_config() -> dict[str, object]:

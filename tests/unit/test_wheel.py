@@ -1,0 +1,68 @@
+"""The wheel ships the three product packages only, and its base package works in a venv without torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PRODUCT = {"scalar_scales", "compressed_tensors_patch", "vllm_patch"}
+
+IMPORT_EVERY_MODULE = """
+import importlib, pkgutil, sys
+import scalar_scales
+modules = pkgutil.walk_packages(scalar_scales.__path__, "scalar_scales.")
+names = [m.name for m in modules if m.name != "scalar_scales.__main__"]  # the command itself: it runs and exits
+for name in names:
+    importlib.import_module(name)
+print(len(names), "modules;", "torch" if "torch" in sys.modules else "no torch", ";", scalar_scales.__file__)
+"""
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    build = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(out)]
+    subprocess.run([*build, str(ROOT)], check=True, capture_output=True)
+    (built,) = out.glob("scalar_scales-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def clean_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A new venv (no system site-packages, so no torch) with the wheel installed by pip, offline."""
+    venv = tmp_path_factory.mktemp("venv")
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
+    subprocess.run(
+        [venv / "bin" / "python", "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", str(wheel)],
+        check=True,
+        capture_output=True,
+    )
+    return venv
+
+
+def test_the_wheel_holds_the_product_packages_and_no_test_kit(wheel):
+    with zipfile.ZipFile(wheel) as archive:
+        top = {name.split("/")[0] for name in archive.namelist() if not name.split("/")[0].endswith(".dist-info")}
+    assert top == PRODUCT
+
+
+def test_every_module_of_the_base_package_imports_in_a_venv_without_torch(clean_venv):
+    python = clean_venv / "bin" / "python"
+    assert subprocess.run([python, "-c", "import torch"], capture_output=True).returncode != 0
+    result = subprocess.run([python, "-c", IMPORT_EVERY_MODULE], capture_output=True, text=True, cwd=clean_venv)
+    assert result.returncode == 0, result.stderr
+    count, torch_state, location = result.stdout.strip().split(";")
+    sources = {p.stem for p in (ROOT / "scalar_scales").glob("*.py")} - {"__init__", "__main__"}
+    assert int(count.split()[0]) == len(sources)
+    assert torch_state.strip() == "no torch"
+    assert location.strip().startswith(str(clean_venv))
+
+
+def test_the_installed_command_runs_in_a_venv_without_torch(clean_venv):
+    result = subprocess.run([clean_venv / "bin" / "scalar-scales", "--version"], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.startswith("scalar-scales "), result.stderr
