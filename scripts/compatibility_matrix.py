@@ -32,7 +32,8 @@ ARTIFACT_KEY = ("producer", "scheme", "form")
 FAMILIES = ("artifact", "transformers", "vllm", "copy_")
 DATE_PREFIX = "Results last changed on "
 DEFAULT_SUBJECT = (
-    "the toy Qwen3-MoE of `compressed_tensors_patch.toy_moe` (2 layers × 8 experts; 112 NVFP4 and 56 NVFP4A16 global scales)"
+    "the toy Qwen3-MoE of `compressed_tensors_patch.toy_moe` "
+    "(2 layers × 8 experts; 112 NVFP4 and 56 NVFP4A16 global scales)"
 )
 
 
