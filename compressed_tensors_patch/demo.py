@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from scalar_scales.checkpoint import checkpoint_files, format_version, is_global_scale, read_config
+from scalar_scales.checkpoint import CONFIG_NAME, checkpoint_files, declaration, is_global_scale, read_config
 
 __all__ = ["main", "run_demo"]
 
@@ -109,9 +109,10 @@ def _same_bytes(a: Any, b: Any) -> bool:
 
 
 def _declared(directory: Path) -> str:
-    config = read_config(directory)
-    declared = (config or {}).get("quantization_config", {}).get("format_version")
-    return str(declared) if declared is not None else f"absent (= {format_version(config)}, legacy)"
+    config = read_config(directory) or {}
+    declared = config.get("quantization_config", {}).get("format_version")
+    legacy = declaration(config, directory / CONFIG_NAME).format_version
+    return str(declared) if declared is not None else f"absent (= {legacy}, legacy)"
 
 
 def _shape_summary(tensors: dict[str, Any]) -> str:

@@ -11,6 +11,7 @@ written as legacy and declared legacy.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -21,8 +22,8 @@ from scalar_scales.checkpoint import (
     is_global_scale,
     read_config,
     read_headers,
-    write_json_atomically,
 )
+from scalar_scales.durable import replaced
 
 __all__ = ["stamp_format_version", "written_format_version"]
 
@@ -43,7 +44,10 @@ def written_format_version(save_directory: str | os.PathLike[str]) -> int | None
 def stamp_format_version(save_directory: str | os.PathLike[str]) -> None:
     """Make ``config.json`` declare the scale layout its shards have; leave it untouched otherwise.
 
-    The rewrite is atomic but not fsynced: it follows the writer's own plain,
+    The writer wrote this file a moment ago, in compressed-tensors' layout
+    (indent 2, sorted keys), so it is written again in that layout: the file
+    is then the one compressed-tensors writes natively with the marker. The
+    rewrite is atomic but not fsynced: it follows the writer's own plain,
     unsynced write of the same file, so syncing ours would add no guarantee.
     """
     config = read_config(save_directory)
@@ -57,4 +61,5 @@ def stamp_format_version(save_directory: str | os.PathLike[str]) -> None:
         del quantization_config[FORMAT_VERSION_KEY]
     else:
         quantization_config[FORMAT_VERSION_KEY] = version
-    write_json_atomically(Path(save_directory) / CONFIG_NAME, config, durable=False)
+    with replaced(Path(save_directory) / CONFIG_NAME, durable=False, text=True) as f:
+        f.write(json.dumps(config, indent=2, sort_keys=True))

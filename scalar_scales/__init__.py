@@ -2,7 +2,7 @@
 
 This is the base package: the ``scalar-scales`` command line (``cli``,
 ``scan``, ``migrate``, ``header_edit``, ``safetensors_header``,
-``checkpoint``, ``durable``) and the patch mechanism both patch packages
+``checkpoint``, ``config_marker``, ``durable``) and the patch mechanism both patch packages
 share (``patching``). None of it imports torch, and the base install has no
 dependencies. It imports nothing from ``compressed_tensors_patch`` or
 ``vllm_patch``: they build on it, never the reverse (docs/architecture.md).

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -77,7 +78,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"scalar-scales: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        print(f"scalar-scales: error: {exc.filename}: {exc.strerror}", file=sys.stderr)
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"scalar-scales: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
     parser.print_help()
     return 2
@@ -88,14 +90,13 @@ def _check(args: argparse.Namespace) -> int:
     problems = scan.legacy_count > 0 or scan.marker_mismatch is not None
     code = 1 if problems or (args.strict and scan.suspicious_count) else 0
     if args.json:
-        print(json.dumps(_scan_document(scan, code), indent=2))
+        print(json.dumps(_scan_document(scan, code), indent=2, allow_nan=False))
         return code
     print(_scan_heading(scan))
-    for finding in scan.findings:
-        if not args.quiet or finding.layout == "legacy" or finding.warnings:
-            shape = str(list(finding.shape))
-            warning = f"  warning: {', '.join(finding.warnings)}" if finding.warnings else ""
-            print(f"{finding.layout:<7}{shape:<5}{finding.name} = {finding.value!r}{warning}")
+    for finding in scan.problems if args.quiet else scan.findings:
+        shape = str(list(finding.shape))
+        warning = f"  warning: {', '.join(finding.warnings)}" if finding.warnings else ""
+        print(f"{finding.layout:<7}{shape:<5}{finding.name} = {finding.value!r}{warning}")
     if scan.marker_mismatch:
         print(f"problem: {scan.marker_mismatch}")
     print(_scan_summary(scan))
@@ -133,7 +134,7 @@ def _scan_document(scan: CheckpointScan, code: int) -> dict[str, Any]:
                 "dtype": f.dtype,
                 "shape": list(f.shape),
                 "layout": f.layout,
-                "value": f.value if f.value is None or f.value == f.value else "NaN",
+                "value": _json_number(f.value),
                 "warnings": f.warnings,
             }
             for f in scan.findings
@@ -143,6 +144,14 @@ def _scan_document(scan: CheckpointScan, code: int) -> dict[str, Any]:
         "warnings": scan.suspicious_count,
         "exit_code": code,
     }
+
+
+def _json_number(value: float | None) -> float | str | None:
+    """A scale value as strict JSON (RFC 8259) allows it: NaN and the infinities, which it has no literal for,
+    as the strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"``."""
+    if value is None or math.isfinite(value):
+        return value
+    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
 
 
 def _migrate(args: argparse.Namespace) -> int:

@@ -1,20 +1,23 @@
 """Replace a file so that a reader sees the old one or the new one, never a torn one.
 
-The new content is written to a temporary file beside the target, then
-renamed over it. With ``durable``, the file and its folder are fsynced too,
-so the new file also survives a power loss. A failure on the way removes the
-temporary file and leaves the target as it was.
+The new content is written to a temporary file beside the target, given the
+target's mode and owner, then renamed over it. With ``durable``, the file and
+its folder are fsynced too, so the new file also survives a power loss. A
+failure on the way removes the temporary file and leaves the target as it
+was; a run killed on the way leaves the temporary file, which
+``remove_stale`` clears at the next run.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["fsync_folder", "replaced", "temporary_path"]
+__all__ = ["fsync_folder", "remove_stale", "replaced", "temporary_path"]
 
 
 def temporary_path(path: Path) -> Path:
@@ -28,8 +31,14 @@ def replaced(path: str | os.PathLike[str], *, durable: bool = True, text: bool =
     path = Path(path)
     tmp = temporary_path(path)
     try:
-        with open(tmp, "w" if text else "wb", **({"encoding": "utf-8"} if text else {})) as f:
+        before = os.stat(path)
+    except FileNotFoundError:
+        before = None
+    try:
+        with open(tmp, "w" if text else "wb", **({"encoding": "utf-8", "newline": ""} if text else {})) as f:
             yield f
+            if before is not None:
+                _take_mode_and_owner(f.fileno(), before)
             if durable:
                 f.flush()
                 os.fsync(f.fileno())
@@ -39,6 +48,24 @@ def replaced(path: str | os.PathLike[str], *, durable: bool = True, text: bool =
         raise
     if durable:
         fsync_folder(path.parent)
+
+
+def remove_stale(path: str | os.PathLike[str]) -> bool:
+    """Remove the temporary file a killed run left beside ``path``; True if there was one."""
+    try:
+        os.unlink(temporary_path(Path(path)))
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _take_mode_and_owner(fd: int, like: os.stat_result) -> None:
+    os.fchmod(fd, stat.S_IMODE(like.st_mode))
+    if (like.st_uid, like.st_gid) != (os.geteuid(), os.getegid()):
+        try:
+            os.fchown(fd, like.st_uid, like.st_gid)
+        except PermissionError:
+            pass  # only root may give a file away; the file stays the writer's, as any rewrite would leave it
 
 
 def fsync_folder(folder: str | os.PathLike[str]) -> None:

@@ -13,8 +13,10 @@ turning it into (1,) needs longer header content. That plan is not
 In a header in the reference writer's compact layout, the reader has already
 proved where every entry's shape is (its matches tile the header exactly), so
 flipping those bytes is correct by construction. Any other plan is checked
-before it is returned: the new header must parse, and each changed tensor must
-have the new shape and nothing else changed.
+before it is returned: the new header must parse, and must say exactly what
+the old one said except for the changed tensors' shapes. A header the reader
+accepts but whose entries cannot be located as objects (an entry written as
+an array, say) is refused for editing, with nothing written.
 """
 
 from __future__ import annotations
@@ -101,21 +103,22 @@ def _locate_shapes(header: SafetensorsHeader, todo: list[int]) -> dict[int, tupl
     spans: dict[int, tuple[int, int]] = {}
     for match in _ENTRY.finditer(header.raw):
         index = wanted.get(_entry_name(match.group(1)))
-        if index is None or index in spans:
+        if index is None:
             continue
         shape = _SHAPE.search(header.raw, match.start(2), match.end(2))
         if shape is not None:
-            spans[index] = shape.span(1)
+            spans[index] = shape.span(1)  # a name written twice: the reader keeps the last entry, so do we
     missing = [header.names[i] for i in todo if i not in spans]
     if missing:
         raise CheckpointError(header.path, "cannot locate this tensor's shape in the header text", tensor=missing[0])
     return spans
 
 
-def _entry_name(quoted: bytes) -> str:
-    if b"\\" in quoted:
-        return json.loads(b'"' + quoted + b'"')
-    return quoted.decode("utf-8")
+def _entry_name(quoted: bytes) -> str | None:
+    try:
+        return json.loads(b'"' + quoted + b'"') if b"\\" in quoted else quoted.decode("utf-8")
+    except ValueError:
+        return None
 
 
 def _edited_inner(inner: bytes, to: Layout) -> bytes:
@@ -132,22 +135,20 @@ def _padded(raw: bytes) -> bytes:
 
 
 def _check(header: SafetensorsHeader, edit: HeaderEdit, want: tuple[int, ...]) -> None:
-    """The new header must parse, and each changed tensor must now have shape ``want`` and nothing else new.
+    """The new header must say what the old one said, but for the changed tensors' shapes, which must be ``want``.
 
     Bytes change only inside the shape brackets of entries whose key is a
-    changed tensor. If such a match was not really that tensor's entry (say,
-    text inside a metadata string), the tensor itself would be unchanged and
-    this check fails; so checking the changed tensors covers the rest.
+    changed tensor. Should such a match not be that tensor's entry (text in
+    an ignored field, say), the documents differ and nothing is written.
     """
     try:
-        document = json.loads(edit.new_raw)
+        old, new = json.loads(header.raw), json.loads(edit.new_raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CheckpointError(header.path, f"planned header edit does not parse ({exc}); nothing written") from None
-    document.pop("__metadata__", None)
-    if len(document) != len(header.names):
-        raise CheckpointError(header.path, "planned header edit changes the set of tensors; nothing written")
     for name in edit.changed:
-        entry, spec = header.tensors[name], document.get(name) or {}
-        planned = {"dtype": entry.dtype, "shape": list(want), "data_offsets": [entry.begin, entry.end]}
-        if {key: spec.get(key) for key in planned} != planned:
-            raise CheckpointError(header.path, "planned header edit would change this entry wrongly", tensor=name)
+        if not isinstance(old.get(name), dict):
+            raise CheckpointError(header.path, "entry is not a JSON object, so it cannot be edited", tensor=name)
+        old[name]["shape"] = list(want)
+    if new != old:
+        changed = next((n for n in edit.changed if new.get(n) != old.get(n)), None)
+        raise CheckpointError(header.path, "planned header edit would change the header wrongly", tensor=changed)

@@ -2,7 +2,9 @@
 
 The order of work is what makes it safe:
 
-1. Take the checkpoint's lock (``flock`` on its folder, or on the lone file).
+1. Take the checkpoint's lock: ``flock`` on the real folder that holds its
+   shards, so two runs meet however the checkpoint is spelled (the folder,
+   a file in it, a link). Remove temporary files a killed run left.
 2. Read and validate every shard and plan every header edit in memory;
    check each planned header; check every file can be written. Any problem
    raises :class:`CheckpointError` here, before a byte is written.
@@ -14,7 +16,11 @@ The order of work is what makes it safe:
    and renamed over the old name.
 4. Read every changed header back and compare it with the plan.
 5. Only then write ``config.json``'s ``format_version``, atomically and
-   durably. An interrupted run leaves the old marker, and a rerun finishes.
+   durably, editing only the marker's text (``config_marker``). An
+   interrupted run leaves the old marker, and a rerun finishes.
+
+Every OS error becomes a :class:`CheckpointError` naming the file it
+happened to; a failed write leaves no temporary file behind.
 """
 
 from __future__ import annotations
@@ -31,16 +37,17 @@ from pathlib import Path
 from typing import Any
 
 from scalar_scales.checkpoint import (
-    FORMAT_VERSION_KEY,
+    LEGACY_FORMAT_VERSION,
+    NVFP4_FORMAT,
     SCALAR_FORMAT_VERSION,
     Checkpoint,
     resolve_checkpoint,
-    write_json_atomically,
 )
-from scalar_scales.durable import replaced
+from scalar_scales.config_marker import set_format_version
+from scalar_scales.durable import remove_stale, replaced
 from scalar_scales.header_edit import HeaderEdit, Layout
 from scalar_scales.safetensors_header import CheckpointError
-from scalar_scales.scan import NVFP4_FORMAT, CheckpointScan, scan_checkpoint
+from scalar_scales.scan import CheckpointScan, scan_checkpoint
 
 __all__ = ["MigrationReport", "checkpoint_lock", "migrate_checkpoint"]
 
@@ -90,12 +97,12 @@ class MigrationReport:
 
 @contextmanager
 def checkpoint_lock(checkpoint: Checkpoint) -> Iterator[int]:
-    """Hold an exclusive, non-blocking ``flock`` on the checkpoint; no lock file is created.
+    """Hold an exclusive, non-blocking ``flock`` on the checkpoint's real folder; no lock file is created.
 
     Yields the descriptor that holds the lock: a forked worker that keeps it
     open would keep the lock after this process dies.
     """
-    fd = os.open(checkpoint.root, os.O_RDONLY | os.O_CLOEXEC)
+    fd = os.open(checkpoint.folder, os.O_RDONLY | os.O_CLOEXEC)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -118,6 +125,8 @@ def migrate_checkpoint(
     """Put every per-tensor scale in scope into layout ``to`` and declare it in ``config.json``."""
     checkpoint = resolve_checkpoint(path)
     with checkpoint_lock(checkpoint) as lock:
+        if not dry_run:
+            _remove_stale_temporary_files(checkpoint)
         scan = scan_checkpoint(checkpoint, include=include, read_values=False, plan_to=to, close_in_workers=[lock])
         report = _plan(scan, to, include, dry_run)
         if dry_run:
@@ -126,8 +135,18 @@ def migrate_checkpoint(
         _apply_edits(report, materialize, progress)
         _verify(report)
         if report.config_changed:
-            _write_marker(report, scan.config)
+            assert report.checkpoint.config is not None
+            set_format_version(report.checkpoint.config, SCALAR_FORMAT_VERSION if to == "scalar" else None)
         return report
+
+
+def _remove_stale_temporary_files(checkpoint: Checkpoint) -> None:
+    """A run killed while writing leaves ``.<name>.scalar-scales.tmp`` beside a file; we hold the lock now."""
+    for path in (*checkpoint.files, *([checkpoint.config] if checkpoint.config else [])):
+        try:
+            remove_stale(path)
+        except OSError as exc:
+            raise CheckpointError(path.parent, f"cannot remove a stale temporary file: {exc.strerror}") from None
 
 
 def _plan(scan: CheckpointScan, to: Layout, include: Sequence[str], dry_run: bool) -> MigrationReport:
@@ -140,7 +159,7 @@ def _plan(scan: CheckpointScan, to: Layout, include: Sequence[str], dry_run: boo
     report = MigrationReport(scan.checkpoint, to, dry_run, scales_total=scan.scale_count, edits=scan.edits)
     if scan.config is not None and scan.is_nvfp4:
         report.format_version_before = scan.declared_format_version
-        report.format_version_after = SCALAR_FORMAT_VERSION if to == "scalar" else 1
+        report.format_version_after = SCALAR_FORMAT_VERSION if to == "scalar" else LEGACY_FORMAT_VERSION
     return report
 
 
@@ -202,21 +221,31 @@ def _apply_edits(report: MigrationReport, materialize: bool, progress: Progress 
                 progress(done, total)
 
 
+@contextmanager
+def _naming(path: Path, doing: str) -> Iterator[None]:
+    """An OS error inside becomes a :class:`CheckpointError` that names ``path``."""
+    try:
+        yield
+    except OSError as exc:
+        raise CheckpointError(path, f"cannot {doing}: {exc.strerror or exc}") from None
+
+
 def _edit_in_place(edit: HeaderEdit) -> None:
     begin, end = edit.span
-    fd = os.open(edit.path, os.O_RDWR)
-    try:
-        os.pwrite(fd, edit.new_raw[begin:end], 8 + begin)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    with _naming(edit.path, "write"):
+        fd = os.open(edit.path, os.O_RDWR)
+        try:
+            os.pwrite(fd, edit.new_raw[begin:end], 8 + begin)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _rewrite(edit: HeaderEdit) -> None:
     """Write the new header and the unchanged data to a new file, then rename it over the shard."""
     shard = edit.path
     data_start = edit.old_data_start
-    with open(shard, "rb") as source, replaced(shard) as target:
+    with _naming(shard, "rewrite"), open(shard, "rb") as source, replaced(shard) as target:
         target.write(struct.pack("<Q", len(edit.new_raw)) + edit.new_raw)
         target.flush()
         size = os.fstat(source.fileno()).st_size - data_start
@@ -231,17 +260,7 @@ def _rewrite(edit: HeaderEdit) -> None:
 def _verify(report: MigrationReport) -> None:
     """Read every changed header back; it must be byte for byte the planned one, which was validated."""
     for edit in report.edits:
-        with open(edit.path, "rb") as f:
+        with _naming(edit.path, "read back"), open(edit.path, "rb") as f:
             written = f.read(8 + len(edit.new_raw))
         if written != struct.pack("<Q", len(edit.new_raw)) + edit.new_raw:
             raise CheckpointError(edit.path, "header read back differs from what was written")
-
-
-def _write_marker(report: MigrationReport, config: dict[str, Any] | None) -> None:
-    assert report.checkpoint.config is not None and config is not None
-    quantization_config = config["quantization_config"]
-    if report.format_version_after == SCALAR_FORMAT_VERSION:
-        quantization_config[FORMAT_VERSION_KEY] = SCALAR_FORMAT_VERSION
-    else:
-        quantization_config.pop(FORMAT_VERSION_KEY, None)
-    write_json_atomically(report.checkpoint.config, config, durable=True)

@@ -8,19 +8,27 @@ a scale of zero (an expert that never saw a calibration token gets
 
 Shards are independent, so each is read, validated and (for ``migrate``)
 planned by one job, and the jobs run in parallel worker processes. A job
-hands back only its scales and its planned edit, never the parsed header:
-sending a header between processes costs as much as parsing it.
+hands back only its scales, its planned edit and a digest of its tensor
+names, never the parsed header: sending a header between processes costs as
+much as parsing it. The digest is checked against the index's
+``weight_map``, both ways, before anything is reported or written.
+
+Workers die with the process that started them, on any signal (SIGKILL
+included): none outlives a run.
 """
 
 from __future__ import annotations
 
+import ctypes
 import math
 import mmap
 import multiprocessing
+import operator
 import os
+import signal
 import struct
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -30,9 +38,12 @@ from typing import Any, NamedTuple, TypeVar
 
 from scalar_scales.checkpoint import (
     FORMAT_VERSION_KEY,
+    INDEX_NAME,
     LEGACY_FORMAT_VERSION,
+    NVFP4_FORMAT,
     Checkpoint,
-    format_version,
+    Declaration,
+    declaration,
     is_global_scale,
     read_config,
     resolve_checkpoint,
@@ -41,16 +52,13 @@ from scalar_scales.header_edit import HeaderEdit, Layout, plan_header_edit
 from scalar_scales.safetensors_header import CheckpointError, SafetensorsHeader, read_header
 
 __all__ = [
-    "NVFP4_FORMAT",
     "CheckpointScan",
     "ScaleFinding",
     "ShardScan",
-    "declared_quantization_format",
     "scan_checkpoint",
     "value_warnings",
 ]
 
-NVFP4_FORMAT = "nvfp4-pack-quantized"
 PARALLEL_MIN_SHARDS = 8
 """Below this many shards, starting worker processes costs more than it saves."""
 
@@ -103,6 +111,8 @@ class ShardScan(NamedTuple):
     shapes: list[tuple[int, ...]]
     values: list[float | None]
     edit: HeaderEdit | None
+    tensors: tuple[int, int]
+    """The shard's tensor names as (count, digest) for its file: what the index is checked against."""
 
 
 @dataclass
@@ -111,6 +121,8 @@ class CheckpointScan:
 
     checkpoint: Checkpoint
     config: dict[str, Any] | None
+    declared: Declaration | None
+    """What config.json declares; None without a config.json."""
     shards: list[ShardScan]
 
     @property
@@ -126,24 +138,34 @@ class CheckpointScan:
         ]
 
     @property
+    def problems(self) -> list[ScaleFinding]:
+        """The findings that are legacy (1,) or have a suspicious value, without building the others."""
+        return [
+            ScaleFinding(shard.path, *entry)
+            for shard in self.shards
+            for entry in zip(shard.names, shard.dtypes, shard.shapes, shard.values, strict=True)
+            if entry[2] == (1,) or value_warnings(entry[3])
+        ]
+
+    @property
     def edits(self) -> list[HeaderEdit]:
         return [shard.edit for shard in self.shards if shard.edit is not None]
 
     @property
     def quantization_format(self) -> str | None:
-        return declared_quantization_format(self.config)
+        return None if self.declared is None else self.declared.quantization_format
 
     @property
     def is_nvfp4(self) -> bool:
         """NVFP4 by its config, or, for a lone file without one, by having global scales."""
-        if self.config is None:
+        if self.declared is None:
             return self.scale_count > 0
         return self.quantization_format == NVFP4_FORMAT
 
     @property
     def declared_format_version(self) -> int | None:
         """The config's version (legacy 1 when the key is absent); None without a config."""
-        return None if self.config is None else format_version(self.config)
+        return None if self.declared is None else self.declared.format_version
 
     @property
     def legacy_count(self) -> int:
@@ -157,7 +179,7 @@ class CheckpointScan:
     @property
     def marker_mismatch(self) -> str | None:
         """Why the config's declaration disagrees with the shards, if it does."""
-        if self.config is None or not self.scale_count or not self.is_nvfp4:
+        if self.declared is None or not self.scale_count or not self.is_nvfp4:
             return None
         declared, legacy = self.declared_format_version, self.legacy_count
         if legacy and declared != LEGACY_FORMAT_VERSION:
@@ -183,20 +205,42 @@ def scan_checkpoint(
     """
     checkpoint = path if isinstance(path, Checkpoint) else resolve_checkpoint(path)
     config = read_config(checkpoint.root) if checkpoint.config else None
-    nvfp4 = None if config is None else declared_quantization_format(config) == NVFP4_FORMAT
+    declared = None if config is None else declaration(config, checkpoint.config)
+    nvfp4 = None if declared is None else declared.quantization_format == NVFP4_FORMAT
     job = partial(_scan_shard, nvfp4=nvfp4, include=tuple(include), read_values=read_values, plan_to=plan_to)
-    return CheckpointScan(checkpoint, config, _map_shards(job, list(checkpoint.files), close_in_workers))
+    shards = _map_shards(job, list(checkpoint.files), close_in_workers)
+    if checkpoint.weight_map is not None:
+        _check_against_index(checkpoint, shards)
+    return CheckpointScan(checkpoint, config, declared, shards)
 
 
-def declared_quantization_format(config: dict[str, Any] | None) -> str | None:
-    """The compressed-tensors format a config declares; NVFP4 when any config group uses it."""
-    quantization_config = (config or {}).get("quantization_config") or {}
-    formats = {quantization_config.get("format")} | {
-        group.get("format") for group in (quantization_config.get("config_groups") or {}).values()
-    }
-    if NVFP4_FORMAT in formats:
-        return NVFP4_FORMAT
-    return quantization_config.get("format")
+def _digest(names: Collection[str], files: Collection[str]) -> tuple[int, int]:
+    """An order-free digest of (tensor, file) pairs: their count, and the sum of hash(tensor) x its file's weight.
+
+    Forked workers share the parent's string hashing, so the shards' digests
+    add up to the index's when, and (but for a chance of about 2^-64) only
+    when, they agree. Every step runs at C speed over hundreds of thousands
+    of names.
+    """
+    weights = {file: hash(file) | 1 for file in set(files)}
+    return len(names), sum(map(operator.mul, map(hash, names), map(weights.__getitem__, files)))
+
+
+def _check_against_index(checkpoint: Checkpoint, shards: list[ShardScan]) -> None:
+    """Every tensor of the index in its shard, and every tensor of a shard in the index; else name the first."""
+    assert checkpoint.weight_map is not None
+    found = tuple(map(sum, zip(*(shard.tensors for shard in shards), strict=True)))
+    if found == _digest(checkpoint.weight_map.keys(), checkpoint.weight_map.values()):
+        return
+    listed: dict[str, set[str]] = {shard.path.name: set() for shard in shards}
+    for tensor, file_name in checkpoint.weight_map.items():
+        listed[file_name].add(tensor)
+    for shard in shards:
+        names = set(read_header(shard.path).names)
+        if missing := sorted(listed[shard.path.name] - names):
+            raise CheckpointError(shard.path, f"named for this shard in {INDEX_NAME} but not in it", tensor=missing[0])
+        if unlisted := sorted(names - listed[shard.path.name]):
+            raise CheckpointError(shard.path, f"in this shard but not in {INDEX_NAME}'s weight_map", tensor=unlisted[0])
 
 
 def _scan_shard(
@@ -204,6 +248,7 @@ def _scan_shard(
 ) -> ShardScan:
     header = read_header(path)
     names = header.names
+    tensors = _digest(names, [path.name] * len(names))
     if nvfp4 is None:  # a lone file without a config: NVFP4 if it has global scales
         nvfp4 = any(map(is_global_scale, names))
     indices = [i for i, name in enumerate(names) if nvfp4 and is_global_scale(name)]
@@ -217,6 +262,7 @@ def _scan_shard(
         shapes=[header.shapes[i] for i in indices],
         values=_read_values(header, indices) if read_values else [None] * len(indices),
         edit=plan_header_edit(header, indices, plan_to) if plan_to else None,
+        tensors=tensors,
     )
 
 
@@ -234,12 +280,27 @@ def _map_shards(job: Callable[[Path], _T], paths: list[Path], close_in_workers: 
         return [job(p) for p in paths]
     context = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(
-        max_workers=workers, mp_context=context, initializer=_close_fds, initargs=(tuple(close_in_workers),)
+        max_workers=workers,
+        mp_context=context,
+        initializer=_start_worker,
+        initargs=(os.getpid(), tuple(close_in_workers)),
     ) as pool:
         return list(pool.map(job, paths, chunksize=max(1, len(paths) // (4 * workers))))
 
 
-def _close_fds(fds: tuple[int, ...]) -> None:
+_PR_SET_PDEATHSIG = 1
+
+
+def _start_worker(parent: int, fds: tuple[int, ...]) -> None:
+    """Die with the parent, on any signal, and let go of what it holds (a lock) at once.
+
+    Linux sends the worker SIGKILL when the thread that forked it ends, so a
+    killed ``migrate`` takes its workers with it. A parent already gone
+    before that was set is caught by the ``getppid`` check.
+    """
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
     for fd in fds:
         os.close(fd)
 

@@ -7,6 +7,7 @@ import json
 import struct
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,7 +16,10 @@ from scalar_scales_testkit.synthetic import write_synthetic_checkpoint
 __all__ = [
     "assert_migrate_refuses",
     "data_digest",
+    "edit_header_text",
     "make_checkpoint",
+    "no_process_left",
+    "processes_running",
     "rewrite_header",
     "run_cli",
     "shards",
@@ -55,6 +59,39 @@ def rewrite_header(path: Path, change: Callable[[dict], object]) -> None:
     encoded = json.dumps(header if new is None else new, separators=(",", ":")).encode()
     encoded += b" " * (-len(encoded) % 8)
     path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + raw[8 + length :])
+
+
+def edit_header_text(path: Path, change: Callable[[str], str]) -> None:
+    """Replace a shard's header with ``change(text)``, as raw text (any layout, valid or not), keeping its data."""
+    raw = path.read_bytes()
+    (length,) = struct.unpack("<Q", raw[:8])
+    encoded = change(raw[8 : 8 + length].decode("utf-8")).encode("utf-8")
+    path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + raw[8 + length :])
+
+
+def processes_running(marker: str) -> list[int]:
+    """Pids of live processes whose command line holds ``marker`` (zombies have an empty one)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in command:
+            found.append(int(entry.name))
+    return found
+
+
+def no_process_left(checkpoint: Path, grace: float = 5.0) -> bool:
+    """No live process (a worker, say) still works on ``checkpoint``; workers get a moment to receive their signal."""
+    deadline = time.monotonic() + grace
+    while processes_running(str(checkpoint)):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def run_cli(*args: str | Path) -> subprocess.CompletedProcess[str]:

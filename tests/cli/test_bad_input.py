@@ -81,7 +81,7 @@ CASES: dict[str, tuple[Callable[[Path], None], str]] = {
     "header not JSON": (header_not_json, "header is not valid JSON"),
     "header not an object": (header_not_object, "header is a JSON list, not an object"),
     "overlapping data_offsets": (overlapping_offsets, "overlap"),
-    "data_offsets out of range": (offsets_out_of_range, "out of range"),
+    "data_offsets out of range": (offsets_out_of_range, "do not start where the tensors before end"),
     "byte count != dtype x shape": (byte_count_mismatch, "bytes but U8 x"),
     "global scale with numel 2": (global_scale_with_two_values, "must hold one value, this one has shape [2]"),
     "shard in the index missing": (missing_shard, "named in model.safetensors.index.json but missing"),

@@ -1,4 +1,5 @@
-"""SIGKILL at random moments during migrate: every shard still parses, no data byte moves, a rerun finishes."""
+"""SIGKILL at random moments during migrate: every shard still parses, no data byte moves, nothing is left
+running, and a rerun finishes."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import time
 
 from safetensors import safe_open
 
-from scalar_scales_testkit.cli import data_digest, run_cli, shards
+from scalar_scales_testkit.cli import data_digest, no_process_left, run_cli, shards
 from scalar_scales_testkit.synthetic import write_synthetic_checkpoint
 
 KILLS = 24
@@ -47,6 +48,7 @@ def test_sigkill_at_random_moments_never_tears_a_shard(tmp_path):
         time.sleep(full_run * (kill + rng.random()) / KILLS)
         process.send_signal(signal.SIGKILL)
         process.wait()
+        assert no_process_left(checkpoint)
 
         assert all(parses_with_safetensors(shard) for shard in shards(checkpoint))
         assert {p.name: data_digest(p) for p in shards(checkpoint)} == digests

@@ -132,6 +132,9 @@ def make_fp8_like(checkpoint):
     """Another format with per-tensor (1,) scales: rename the global scales and declare float-quantized."""
     for shard in shards(checkpoint):
         rewrite_header(shard, lambda h: {n.replace("_global_scale", "_scale_pt"): s for n, s in h.items()})
+    index = json.loads((checkpoint / "model.safetensors.index.json").read_text())
+    index["weight_map"] = {n.replace("_global_scale", "_scale_pt"): f for n, f in index["weight_map"].items()}
+    (checkpoint / "model.safetensors.index.json").write_text(json.dumps(index))
     config = json.loads((checkpoint / "config.json").read_text())
     config["quantization_config"]["format"] = "float-quantized"
     config["quantization_config"]["config_groups"]["group_0"]["format"] = "float-quantized"

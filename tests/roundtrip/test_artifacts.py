@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from scalar_scales.checkpoint import format_version, is_global_scale, read_config
+from scalar_scales.checkpoint import CONFIG_NAME, declaration, is_global_scale, read_config
 from scalar_scales_testkit.checkpoints import described, quantization_config, tensor_bytes, tensor_entries
 from scalar_scales_testkit.roundtrip import MIGRATED, Result
 
@@ -18,7 +18,8 @@ LAYOUT = {"legacy": ("(1,)", 1), "format2": ("()", 2), "legacy-migrated": ("()",
 
 def test_every_form_has_its_global_scale_layout_and_marker(artifact):
     shapes = [e.shape for name, e in tensor_entries(artifact.path).items() if is_global_scale(name)]
-    layout = " ".join(sorted({str(shape) for shape in shapes})), format_version(read_config(artifact.path))
+    declared = declaration(read_config(artifact.path), artifact.path / CONFIG_NAME)
+    layout = " ".join(sorted({str(shape) for shape in shapes})), declared.format_version
     details = {"disk_shape": layout[0], "format_version": layout[1], "global_scales": len(shapes)}
     producer = json.loads((artifact.path.parent / "producer.json").read_text())
     Result("artifact", "none", artifact, loads=True, details=details).record("artifact", versions=producer)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import struct
 
+import pytest
+
 from scalar_scales.header_edit import plan_header_edit
-from scalar_scales.safetensors_header import read_header
+from scalar_scales.safetensors_header import CheckpointError, read_header
 
 ENTRIES = {
     "a.weight_global_scale": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
@@ -19,7 +21,8 @@ def write(tmp_path, entries: dict, *, compact: bool = True):
     text = json.dumps({"__metadata__": {"format": "pt"}, **entries}, separators=(",", ":") if compact else None)
     raw = text.encode() + b" " * (-len(text) % 8)
     path = tmp_path / "x.safetensors"
-    path.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(12))
+    data_size = max(entry["data_offsets"][1] for entry in entries.values())
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(data_size))
     return read_header(path)
 
 
@@ -83,3 +86,26 @@ def test_names_with_escapes_are_edited_through_the_checked_path(tmp_path):
     edit = plan_header_edit(header, [0], "scalar")
     assert edit is not None
     assert json.loads(edit.new_raw)['q"uote.weight_global_scale']["shape"] == []
+
+
+def write_raw(tmp_path, text: str, data_size: int):
+    raw = text.encode() + b" " * (-len(text) % 8)
+    path = tmp_path / "x.safetensors"
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(data_size))
+    return read_header(path)
+
+
+def test_a_tensor_named_twice_is_edited_in_its_last_entry_the_one_readers_keep(tmp_path):
+    first = '{"dtype":"U8","shape":[4],"data_offsets":[0,4]}'
+    last = '{"dtype":"F32","shape":[1],"data_offsets":[0,4]}'
+    header = write_raw(tmp_path, f'{{"a.weight_global_scale":{first},"a.weight_global_scale":{last}}}', 4)
+    edit = plan_header_edit(header, [0], "scalar")
+    assert edit is not None
+    edited = last.replace('"shape":[1]', '"shape":[ ]')
+    assert edit.new_raw.decode().rstrip() == f'{{"a.weight_global_scale":{first},"a.weight_global_scale":{edited}}}'
+
+
+def test_an_entry_written_as_an_array_is_refused_for_editing(tmp_path):
+    header = write_raw(tmp_path, '{"a.weight_global_scale":["F32",[1],[0,4]]}', 4)
+    with pytest.raises(CheckpointError, match=r"a.weight_global_scale: cannot locate this tensor's shape"):
+        plan_header_edit(header, [0], "scalar")
