@@ -131,20 +131,19 @@ class CheckpointScan:
 
     @cached_property
     def findings(self) -> list[ScaleFinding]:
-        return [
-            ScaleFinding(shard.path, *entry)
-            for shard in self.shards
-            for entry in zip(shard.names, shard.dtypes, shard.shapes, shard.values, strict=True)
-        ]
+        return self._findings(lambda shape, value: True)
 
     @property
     def problems(self) -> list[ScaleFinding]:
         """The findings that are legacy (1,) or have a suspicious value, without building the others."""
+        return self._findings(lambda shape, value: shape == (1,) or bool(value_warnings(value)))
+
+    def _findings(self, keep: Callable[[tuple[int, ...], float | None], bool]) -> list[ScaleFinding]:
         return [
             ScaleFinding(shard.path, *entry)
             for shard in self.shards
             for entry in zip(shard.names, shard.dtypes, shard.shapes, shard.values, strict=True)
-            if entry[2] == (1,) or value_warnings(entry[3])
+            if keep(entry[2], entry[3])
         ]
 
     @property
