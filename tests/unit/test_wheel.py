@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -25,9 +26,14 @@ print(len(names), "modules;", "torch" if "torch" in sys.modules else "no torch",
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
+    """The wheel, built from a copy of the project's files (a build writes build/ beside its sources)."""
+    source, out = tmp_path_factory.mktemp("source"), tmp_path_factory.mktemp("wheel")
+    shutil.copy2(ROOT / "pyproject.toml", source)
+    shutil.copy2(ROOT / "README.md", source)
+    for package in PRODUCT:
+        shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
     build = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(out)]
-    subprocess.run([*build, str(ROOT)], check=True, capture_output=True)
+    subprocess.run([*build, str(source)], check=True, capture_output=True)
     (built,) = out.glob("scalar_scales-*.whl")
     return built
 
