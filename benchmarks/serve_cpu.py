@@ -35,7 +35,7 @@ def one(model: str, dtype: str, tokens: int) -> dict[str, float]:
 
     start = time.perf_counter()
     llm = LLM(model=model, dtype=dtype, max_model_len=256, max_num_seqs=4, enforce_eager=True,
-              gpu_memory_utilization=0.05)
+              kv_cache_memory_bytes=64 << 20)
     started = time.perf_counter() - start
     params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
     llm.generate([{"prompt_token_ids": p} for p in PROMPTS], params, use_tqdm=False)  # warm-up

@@ -31,7 +31,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager, nullcontext
 
 from compressed_tensors_patch.scales import GlobalScaleShapeError
-from compressed_tensors_patch.versions import SUPPORTED_VERSIONS, check_installed, native_support
+from compressed_tensors_patch.versions import DEPENDENCIES, check_tested, native_support
 from compressed_tensors_patch.wrappers import (
     wrap_compress,
     wrap_compress_model,
@@ -46,13 +46,13 @@ from scalar_scales.patching import Patch, PatchSet, UnsupportedUpstreamError
 
 __all__ = [
     "FORMAT_VERSION",
-    "SUPPORTED_VERSIONS",
     "GlobalScaleShapeError",
     "UnsupportedUpstreamError",
     "applied",
     "apply",
     "is_applied",
     "revert",
+    "upstream_code",
 ]
 
 FORMAT_VERSION = SCALAR_FORMAT_VERSION
@@ -89,8 +89,13 @@ _PATCHES = PatchSet(
             requires="llmcompressor",
         ),
     ],
-    check=check_installed,
+    check=lambda: check_tested(upstream_code(), name="compressed_tensors_patch", warn=_warn),
 )
+
+
+def upstream_code() -> list[str]:
+    """Every upstream function the patch wraps or depends on, of the packages installed here."""
+    return [*_PATCHES.targets(), *DEPENDENCIES]
 
 
 def apply() -> None:
@@ -136,3 +141,9 @@ def _log(message: str) -> None:
     from loguru import logger
 
     logger.opt(depth=1).info(message)
+
+
+def _warn(message: str) -> None:
+    from loguru import logger
+
+    logger.warning(message)

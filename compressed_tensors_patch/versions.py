@@ -1,54 +1,132 @@
-"""Which compressed-tensors releases the runtime patch knows the internals of."""
+"""Which upstream code the producer patch knows: recognised by the code it runs, not by a version string.
+
+For every upstream function the patch wraps or depends on, ``tested_upstream``
+records a fingerprint of its source (SHA-256 of ``inspect.getsource``) for
+each release the tests ran against. ``scripts/fingerprints.py`` writes that
+file from the installed packages, in each test environment; it is never
+edited by hand, and ``tests/producer/test_fingerprints.py`` fails when it is
+stale. An installed upstream is accepted when each of its functions has a
+tested fingerprint, so a release that changed none of them (compressed-tensors
+0.20.1, say) is accepted as it is. Any other is refused with nothing
+patched, naming each function whose code differs, unless
+``SCALAR_SCALES_ALLOW_UNTESTED_UPSTREAM=1`` asks to try anyway (with a
+warning).
+"""
 
 from __future__ import annotations
 
+import hashlib
+import inspect
+import os
+from collections.abc import Iterable
 from importlib import metadata
+from typing import Any
 
-from scalar_scales.patching import UnsupportedUpstreamError
+from compressed_tensors_patch.tested_upstream import TESTED
+from scalar_scales.patching import UnsupportedUpstreamError, import_dotted
 
-__all__ = ["SUPPORTED_VERSIONS", "check_installed", "check_supported", "installed_version", "native_support"]
+__all__ = [
+    "ALLOW_UNTESTED_ENV",
+    "DEPENDENCIES",
+    "check_tested",
+    "distribution_of",
+    "fingerprint",
+    "native_support",
+    "tested_releases",
+    "untested",
+]
 
-SUPPORTED_VERSIONS: tuple[str, ...] = ("0.19.0", "0.20.0")
-"""Releases whose NVFP4 compressor, ModelCompressor and config handling we read and test."""
+ALLOW_UNTESTED_ENV = "SCALAR_SCALES_ALLOW_UNTESTED_UPSTREAM"
+"""Set to 1 to patch an upstream whose code differs from every tested release (at your own risk)."""
+
+_QUANTIZATION_CONFIG = "compressed_tensors.quantization.quant_config.QuantizationConfig"
+DEPENDENCIES: tuple[str, ...] = (
+    "compressed_tensors.compressors.model_compressors.model_compressor.ModelCompressor.add_decompress_hook",
+    _QUANTIZATION_CONFIG,
+)
+"""Upstream code the patch relies on without wrapping it: the decompression hook that ours must run before,
+and the config class whose fields tell native support apart."""
+
+_DISTRIBUTIONS = {"compressed_tensors": "compressed-tensors"}
+"""Import name -> distribution name, where they differ."""
 
 
-def installed_version() -> str | None:
-    try:
-        return metadata.version("compressed-tensors")
-    except metadata.PackageNotFoundError:
+def fingerprint(target: str) -> str | None:
+    """The fingerprint of the installed ``target`` (dotted path), or None where it does not exist."""
+    owner_path, _, attribute = target.rpartition(".")
+    owner = import_dotted(owner_path)
+    code: Any = vars(owner).get(attribute) if owner is not None and hasattr(owner, "__dict__") else None
+    if code is None:
+        code = import_dotted(target)
+    code = getattr(code, "__func__", code)
+    if code is None:
         return None
+    try:
+        source = inspect.getsource(inspect.unwrap(code))
+    except (OSError, TypeError):
+        return None
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
 
 
-def check_supported(version: str | None) -> None:
-    """Refuse any compressed-tensors we have not read: a wrong guess would corrupt artifacts."""
-    if version is None:
-        raise UnsupportedUpstreamError("compressed_tensors_patch: compressed-tensors is not installed")
-    if version not in SUPPORTED_VERSIONS:
-        raise UnsupportedUpstreamError(
-            f"compressed_tensors_patch: compressed-tensors {version} is not supported "
-            f"(supported: {', '.join(SUPPORTED_VERSIONS)}); nothing was patched"
-        )
+def distribution_of(target: str) -> str:
+    """``package version`` of the distribution that provides ``target``, as the record labels releases."""
+    name = _DISTRIBUTIONS.get(target.split(".")[0], target.split(".")[0])
+    try:
+        return f"{name} {metadata.version(name)}"
+    except metadata.PackageNotFoundError:
+        return f"{name} (not installed)"
 
 
-def check_installed() -> str:
-    """Check the installed release; describe it for the log line."""
-    version = installed_version()
-    check_supported(version)
-    return f"compressed-tensors {version}"
+def tested_releases(target: str) -> list[str]:
+    return sorted({release for releases in TESTED.get(target, {}).values() for release in releases})
+
+
+def untested(targets: Iterable[str]) -> list[str]:
+    """The targets whose installed code matches no tested fingerprint (or is missing)."""
+    return [target for target in targets if fingerprint(target) not in TESTED.get(target, {})]
+
+
+def check_tested(targets: Iterable[str], *, name: str, warn: Any) -> str:
+    """Refuse upstream code we have not tested, naming each function that differs; describe the upstream.
+
+    With ``SCALAR_SCALES_ALLOW_UNTESTED_UPSTREAM=1`` the refusal becomes one
+    ``warn(message)`` and the patch goes on.
+    """
+    targets = list(targets)
+    differing = untested(targets)
+    if differing:
+        described = "; ".join(map(_described, differing))
+        message = f"{name}: the installed code of {described} differs from every tested release"
+        if os.environ.get(ALLOW_UNTESTED_ENV) != "1":
+            raise UnsupportedUpstreamError(f"{message}; nothing was patched ({ALLOW_UNTESTED_ENV}=1 tries anyway)")
+        warn(f"{message}; patching anyway because {ALLOW_UNTESTED_ENV}=1")
+    return ", ".join(sorted({distribution_of(target) for target in targets}))
+
+
+def _described(target: str) -> str:
+    """``Owner.function (what is installed; tested: ...)`` for a refusal."""
+    short = ".".join(target.split(".")[-2:])
+    installed = distribution_of(target) if fingerprint(target) is not None else "cannot be imported here"
+    tested: dict[str, list[str]] = {}
+    for release in tested_releases(target):
+        package, _, version = release.partition(" ")
+        tested.setdefault(package, []).append(version)
+    releases = "; ".join(f"{package} {', '.join(versions)}" for package, versions in tested.items()) or "none"
+    return f"{short} ({installed}; tested: {releases})"
 
 
 def native_support() -> str | None:
     """The installed compressed-tensors, described, if it writes 0-D global scales itself; else None.
 
     A release with the change (upstream/compressed-tensors.patch) declares
-    ``QuantizationConfig.format_version``; there is then nothing to patch, on
-    any version, so this is checked before the version gate.
+    ``QuantizationConfig.format_version``; there is then nothing to patch,
+    so this is checked before the code check.
     """
-    version = installed_version()
-    if version is None:
+    try:
+        metadata.version("compressed-tensors")
+    except metadata.PackageNotFoundError:
         return None
-    from compressed_tensors.quantization import QuantizationConfig
-
-    if "format_version" not in QuantizationConfig.model_fields:
+    config = import_dotted(_QUANTIZATION_CONFIG)
+    if config is None or "format_version" not in config.model_fields:
         return None
-    return f"compressed-tensors {version}"
+    return distribution_of(_QUANTIZATION_CONFIG)

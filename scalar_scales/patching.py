@@ -102,6 +102,10 @@ class PatchSet:
     def applied_targets(self) -> list[str]:
         return [patch.target for patch, _, _ in self._originals]
 
+    def targets(self) -> list[str]:
+        """What ``apply`` would patch here: the targets of the rows whose package is installed."""
+        return [patch.target for patch in self.patches if _installed(patch.requires)]
+
     def apply(self) -> str | None:
         """Patch every row, or none; hold the patch until ``revert()``.
 

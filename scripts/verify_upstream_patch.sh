@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Verify upstream/compressed-tensors.patch against compressed-tensors 0.20.0's own sources and test suite.
+# Verify upstream/compressed-tensors.patch against a compressed-tensors release's own sources and test suite.
 #
 #   scripts/verify_upstream_patch.sh PYTHON
 #
-# PYTHON is an interpreter whose environment has compressed-tensors 0.20.0's
-# dependencies and llm-compressor (scripts/test.sh passes producer-ct020).
+# PYTHON is an interpreter whose environment has a released compressed-tensors,
+# its dependencies and llm-compressor; the release it has is the one verified
+# (scripts/test.sh passes producer-ct0201: the newest, 0.20.1).
 #
-#  1. Download the 0.20.0 sdist (the full repository, tests included; cached)
-#     and unpack it twice. The patch must apply with `patch -p1` to one copy.
-#  2. Build both trees (BUILD_TYPE=release: both report version 0.20.0) and
+#  1. Download that release's sdist (the full repository, tests included;
+#     cached) and unpack it twice. The patch must apply with `patch -p1` to one copy.
+#  2. Build both trees (BUILD_TYPE=release: both report the release's version) and
 #     install each, without dependencies, into its own folder.
 #  3. Run compressed-tensors' test suite from each tree against its own build,
 #     on the CPU, offline; compare (scripts/compare_test_runs.py): no test may
@@ -18,13 +19,13 @@
 #     settings (black 22.12.0, isort 5.8.0, flake8: its `dev` extra; cached).
 #  5. With the patched build first on the path and no runtime patch, run
 #     tests/upstream: the artifacts of every save path equal, byte for byte,
-#     those the runtime patch writes on released 0.20.0 (scripts/save_paths.py),
+#     those the runtime patch writes on the released package (scripts/save_paths.py),
 #     and compressed_tensors_patch.apply() detects native support.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PYTHON=${1:?usage: scripts/verify_upstream_patch.sh PYTHON}
-VERSION=0.20.0
+VERSION=$("$PYTHON" -c "from importlib.metadata import version; print(version('compressed-tensors'))")
 CACHE=${SCALAR_SCALES_CACHE:-$HOME/.cache/scalar-scales}/upstream
 SDIST=$CACHE/compressed_tensors-$VERSION.tar.gz
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/scalar-scales-upstream.XXXXXX")

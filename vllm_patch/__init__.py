@@ -6,13 +6,15 @@ in every process (front end, engine core, each worker). It patches the
 installed vLLM's MoE loader (``FusedMoE`` up to 0.23, ``RoutedExperts`` from
 0.24) so that every per-tensor scale path puts a single-element tensor into a
 0-D slot as 0-D, and a scale with more than one value fails with an error
-that names the weight, the expert and the shard. Paths the installed vLLM
-already coerces are not wrapped again. Turn it off with ``VLLM_PLUGINS``
+that names the weight, the expert and the shard. Where the installed vLLM
+already coerces a path (``_to_scalar``), that coercion stays upstream's: the
+wrapper there only names a scale with more than one value. Turn it off with ``VLLM_PLUGINS``
 set to a list without ``scalar_scales``.
 
 On the CPU platform, where vLLM has no NVFP4 kernel and would refuse a
 compressed-tensors NVFP4 checkpoint, it also emulates NVFP4 (see
 ``nvfp4_emulation``; ``SCALAR_SCALES_NVFP4_EMULATION=0`` turns that off).
+Those patches are installed on the CPU platform only.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from importlib import metadata
 from scalar_scales.patching import PatchSet
 from vllm_patch.import_hook import call_after_import
 from vllm_patch.loaders import LOADER_MODULES, plan_loader_patches
-from vllm_patch.nvfp4_emulation import EMULATION_PATCHES, emulation_enabled
+from vllm_patch.nvfp4_emulation import EMULATION_PATCHES, current_platform, should_emulate
 from vllm_patch.scalar import ScaleShapeError, to_scalar
 from vllm_patch.vllm_logging import vllm_logger
 
@@ -67,7 +69,7 @@ def register() -> None:
         apply()
     else:
         call_after_import(LOADER_MODULES, _apply_without_breaking_vllm)
-    if emulation_enabled():
+    if should_emulate(current_platform()):
         for module in EMULATION_PATCHES:
             if module in sys.modules:
                 apply_emulation(module)

@@ -21,6 +21,7 @@ run once per checkpoint scale.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -102,15 +103,25 @@ def _copy_into_slot(method: Callable[..., Any]) -> Callable[..., Any]:
 
     ``slot.copy_(t)`` with a (1,) ``t`` and a 0-D slot is the crash of vLLM
     issue 43297 (``output with shape [] doesn't match the broadcast shape [1]``).
+    ``loaded_weight`` (and ``shard_id``, for the message) are found by the
+    method's own signature, so positional and keyword calls are treated alike.
     """
+    names = list(inspect.signature(method).parameters)[3:]  # after self, expert_data, shard_dim
+    at = names.index("loaded_weight")
+    shard_at = names.index("shard_id") if "shard_id" in names else None
 
     @functools.wraps(method)
     def wrapper(self, expert_data, shard_dim, *args, **kwargs):  # noqa: ANN001
-        loaded_weight = kwargs.get("loaded_weight")
-        if loaded_weight is not None and expert_data.dim() == 0 and loaded_weight.dim():
-            kwargs["loaded_weight"] = to_scalar(
-                loaded_weight, name=_parameter_name(self, expert_data), shard_id=kwargs.get("shard_id")
-            )
+        if expert_data.dim() == 0:
+            positional = len(args) > at
+            loaded_weight = args[at] if positional else kwargs.get("loaded_weight")
+            if loaded_weight is not None and loaded_weight.dim():
+                shard_id = args[shard_at] if shard_at is not None and len(args) > shard_at else kwargs.get("shard_id")
+                scalar = to_scalar(loaded_weight, name=_parameter_name(self, expert_data), shard_id=shard_id)
+                if positional:
+                    args = (*args[:at], scalar, *args[at + 1 :])
+                else:
+                    kwargs["loaded_weight"] = scalar
         return method(self, expert_data, shard_dim, *args, **kwargs)
 
     return wrapper

@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 import torch
@@ -44,6 +45,7 @@ __all__ = [
     "dequantize_nvfp4",
     "emulation_enabled",
     "fake_quantize_nvfp4_activation",
+    "should_emulate",
 ]
 
 ENV = "SCALAR_SCALES_NVFP4_EMULATION"
@@ -68,10 +70,15 @@ def _warn_once() -> None:
     )
 
 
-def _on_cpu() -> bool:
+def should_emulate(platform: Any) -> bool:
+    """Whether to emulate where vLLM refuses NVFP4: on the CPU platform only, and unless switched off."""
+    return emulation_enabled() and platform.is_cpu()
+
+
+def current_platform() -> Any:
     from vllm.platforms import current_platform
 
-    return current_platform.is_cpu()
+    return current_platform
 
 
 @functools.cache
@@ -183,7 +190,7 @@ def _emulate_on_refusal(refusal: type[Exception], emulated: Callable[..., Any]) 
             try:
                 return choose(*args, **kwargs)
             except refusal:
-                if not (emulation_enabled() and _on_cpu()):
+                if not should_emulate(current_platform()):
                     raise
                 _warn_once()
                 return emulated(*args, **kwargs)
@@ -199,13 +206,35 @@ def _emulated_linear_kernel(use_a16: bool = False) -> EmulatedNvfp4LinearKernel:
     return EmulatedNvfp4LinearKernel(use_a16)
 
 
+_emulation_chosen: ContextVar[bool] = ContextVar("scalar_scales_nvfp4_emulation_chosen", default=False)
+"""Set while a MoE method is built, when its backend choice fell to the emulation."""
+_EMULATED = "_scalar_scales_emulated"
+"""The mark an emulated MoE method carries: set when it is built, never inferred from what vLLM left empty."""
+
+
 def _emulation_backend(*args: Any, **kwargs: Any) -> tuple[Any, None]:
     """Instead of ``select_nvfp4_moe_backend``: vLLM's EMULATION backend id, so the method builds its parameters
-    as usual, and no experts class, which is how emulated methods are told apart from vLLM's own (Triton)
-    emulation."""
+    as usual, and no experts class; the method being built is marked as ours (``_wrap_moe_init``)."""
     from vllm.model_executor.layers.fused_moe.oracle.nvfp4 import NvFp4MoeBackend
 
+    _emulation_chosen.set(True)
     return NvFp4MoeBackend.EMULATION, None
+
+
+def _wrap_moe_init(init: Callable[..., None]) -> Callable[..., None]:
+    """``CompressedTensorsW4A4Nvfp4MoEMethod.__init__``: mark the method emulated when its backend choice was ours."""
+
+    @functools.wraps(init)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> None:
+        token = _emulation_chosen.set(False)
+        try:
+            init(self, *args, **kwargs)
+            if _emulation_chosen.get():
+                setattr(self, _EMULATED, True)
+        finally:
+            _emulation_chosen.reset(token)
+
+    return wrapper
 
 
 def _wrap_linear_process(process: Callable[..., None]) -> Callable[..., None]:
@@ -235,7 +264,7 @@ class _EmulatedExperts:
 
 
 def _is_emulated(method: Any) -> bool:
-    return getattr(method, "experts_cls", None) in (None, _EmulatedExperts)
+    return getattr(method, _EMULATED, False)
 
 
 def _wrap_moe_process(process: Callable[..., None]) -> Callable[..., None]:
@@ -365,6 +394,13 @@ EMULATION_PATCHES: dict[str, list[Patch]] = {
             "select_nvfp4_moe_backend",
             _emulate_on_refusal(NotImplementedError, _emulation_backend),
             "emulate where no NVFP4 MoE backend fits",
+        ),
+        Patch(
+            f"{MOE_METHOD_MODULE}.CompressedTensorsW4A4Nvfp4MoEMethod",
+            "__init__",
+            _wrap_moe_init,
+            "mark a method emulated when it is built",
+            parameters=("self", "moe", "layer_name", "use_a16"),
         ),
         Patch(
             f"{MOE_METHOD_MODULE}.CompressedTensorsW4A4Nvfp4MoEMethod",

@@ -14,6 +14,10 @@ import argparse
 import json
 import os
 
+KV_CACHE_BYTES = 64 << 20
+"""Set, not derived: the CPU backend otherwise sizes the cache from free memory minus this process's RSS, which a
+compiled engine on a loaded machine can push below zero."""
+
 
 def main() -> None:
     parser = argparse.ArgumentParser()
@@ -34,7 +38,7 @@ def main() -> None:
         max_model_len=128,
         max_num_seqs=4,
         enforce_eager=not args.compiled,
-        gpu_memory_utilization=0.05,
+        kv_cache_memory_bytes=KV_CACHE_BYTES,
         max_logprobs=-1,
     )
     vocab = llm.llm_engine.model_config.get_vocab_size()

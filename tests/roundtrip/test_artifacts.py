@@ -34,7 +34,7 @@ def test_a_migrated_artifact_equals_its_natively_written_twin(migrated):
 
 
 def test_every_producer_writes_the_same_tensors(across_producers):
-    """compressed-tensors 0.19.0 and 0.20.0 write byte-identical shards; only config.json's details differ."""
+    """compressed-tensors 0.19.0, 0.20.0 and 0.20.1 write byte-identical shards; only config.json's details differ."""
     first, *others = across_producers
     assert others, "the round trip needs artifacts from more than one producer"
     for other in others:

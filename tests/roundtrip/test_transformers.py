@@ -1,7 +1,7 @@
 """Consumer: transformers + compressed-tensors, unpatched and patched, reloading through load_quantizable_moe().
 
-Runs in both producer environments (compressed-tensors 0.19.0 and 0.20.0)
-on the artifacts of both. Decompressed weights are read after the first
+Runs in every producer environment (compressed-tensors 0.19.0, 0.20.0 and 0.20.1)
+on the artifacts of all. Decompressed weights are read after the first
 forward pass, which is when compressed-tensors decompresses.
 """
 

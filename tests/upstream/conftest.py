@@ -1,4 +1,4 @@
-"""Tests of compressed-tensors 0.20.0 built with upstream/compressed-tensors.patch, without the runtime patch.
+"""Tests of a compressed-tensors release built with upstream/compressed-tensors.patch, without the runtime patch.
 
 scripts/verify_upstream_patch.sh runs them with the patched build first on
 the path; anywhere else (a released compressed-tensors) they are skipped.
@@ -29,7 +29,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def runtime_saves() -> Path:
-    """Artifacts of every save path written with the runtime patch on released 0.20.0 (scripts/save_paths.py)."""
+    """Artifacts of every save path written with the runtime patch on the released package (scripts/save_paths.py)."""
     path = os.environ.get("SCALAR_SCALES_RUNTIME_SAVES")
     if not path:
         pytest.fail("SCALAR_SCALES_RUNTIME_SAVES is not set: run scripts/verify_upstream_patch.sh")

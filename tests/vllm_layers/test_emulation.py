@@ -56,3 +56,13 @@ def test_emulation_patches_revert_exactly(module):
     assert all(vars(import_dotted(p.owner))[p.attribute] is not o for p, o in zip(patches, originals, strict=True))
     vllm_patch.revert()
     assert all(vars(import_dotted(p.owner))[p.attribute] is o for p, o in zip(patches, originals, strict=True))
+
+
+def test_an_emulated_moe_method_is_marked_when_built_and_a_plain_one_is_not(legacy_nvfp4, layer0):
+    from scalar_scales_testkit.vllm_layers import build_moe_layer
+
+    emulated = build_moe_layer(legacy_nvfp4, layer0).quant_method
+    assert nvfp4_emulation._is_emulated(emulated)
+    emulated.__dict__.pop("_scalar_scales_emulated")
+    emulated.experts_cls = None
+    assert not nvfp4_emulation._is_emulated(emulated), "a missing experts class alone never means emulated"

@@ -82,3 +82,27 @@ def test_the_installed_generation_is_the_one_this_environment_is_for():
     import vllm
 
     assert is_routed_experts() == (not vllm.__version__.startswith("0.23"))
+
+
+@pytest.mark.parametrize("style", ["keyword", "positional"])
+def test_copy_paths_take_a_1_shaped_value_called_positionally_or_by_keyword(legacy_nvfp4, layer0, style):
+    vllm_patch.apply()
+    layer = build_moe_layer(legacy_nvfp4, layer0)
+    slot = layer.w2_weight_global_scale.data[3]
+    if style == "keyword":
+        layer._load_w2(expert_data=slot, shard_dim=1, loaded_weight=torch.tensor([7.0]), tp_rank=0)
+        layer._load_per_channel_weight_scale(
+            expert_data=slot, shard_dim=1, shard_id="w2", loaded_weight=torch.tensor([8.0]), tp_rank=0
+        )
+    else:
+        layer._load_w2(slot, 1, torch.tensor([7.0]), 0)
+        assert slot.item() == 7.0
+        layer._load_per_channel_weight_scale(slot, 1, "w2", torch.tensor([8.0]), 0)
+    assert slot.item() == 8.0
+
+
+def test_a_positional_call_with_two_values_names_the_shard(legacy_nvfp4, layer0):
+    vllm_patch.apply()
+    layer = build_moe_layer(legacy_nvfp4, layer0)
+    with pytest.raises(vllm_patch.ScaleShapeError, match="shard w2"):
+        layer._load_per_channel_weight_scale(layer.w2_weight_global_scale.data[3], 1, "w2", torch.ones(2), 0)

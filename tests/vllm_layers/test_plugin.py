@@ -79,8 +79,8 @@ def test_register_is_idempotent():
     assert [vars(import_dotted(p.owner))[p.attribute] for p in plan_loader_patches().patches] == first
 
 
-def test_a_path_vllm_already_coerces_is_not_coerced_twice():
-    """>= 0.24 reshapes per-tensor scales through _to_scalar: that stays upstream's, untouched and not doubled."""
+def test_a_path_vllm_already_coerces_keeps_upstream_s_coercion_and_is_reported():
+    """>= 0.24 reshapes per-tensor scales through _to_scalar: that coercion stays upstream's, and the plan says so."""
     plan = plan_loader_patches()
     owner = import_dotted(plan.owner)
     to_scalar_before = vars(owner).get("_to_scalar")
@@ -131,3 +131,39 @@ def test_a_loader_we_do_not_recognise_gets_a_warning_and_no_patch(monkeypatch, c
     (record,) = caplog.records
     assert "MoE loader not recognised" in record.getMessage() and "nothing patched" in record.getMessage()
     assert dict(vars(import_dotted(linear))) == before
+
+
+def test_a_loader_with_one_method_s_signature_changed_gets_one_warning_line_and_no_patch(monkeypatch, caplog):
+    """A real vLLM MoE loader class, subclassed with ``_load_w2`` taking one parameter more."""
+    import sys
+    import types
+
+    import vllm_patch.loaders
+
+    plan = plan_loader_patches()
+    real = import_dotted(plan.owner)
+    module = types.ModuleType("scalar_scales_changed_vllm")
+
+    def _load_w2(self, expert_data, shard_dim, loaded_weight, tp_rank, load_full=False, new_flag=None):  # noqa: ANN001
+        return real._load_w2(self, expert_data, shard_dim, loaded_weight, tp_rank, load_full)
+
+    module.ChangedLoader = type("ChangedLoader", (real,), {"_load_w2": _load_w2})
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setattr(vllm_patch.loaders, "_MOE_CLASSES", (f"{module.__name__}.ChangedLoader",))
+    with caplog.at_level(logging.WARNING, logger="vllm.scalar_scales"):
+        assert vllm_patch.apply() == []
+        assert vllm_patch.apply() == []
+    assert not vllm_patch.is_applied()
+    (record,) = [r for r in caplog.records if r.name == "vllm.scalar_scales"]
+    assert "MoE loader not recognised" in record.getMessage()
+    assert vars(module.ChangedLoader)["_load_w2"] is _load_w2
+
+
+def test_the_emulation_is_chosen_on_the_cpu_platform_only():
+    from vllm.platforms.cpu import CpuPlatform
+    from vllm.platforms.interface import UnspecifiedPlatform
+
+    from vllm_patch.nvfp4_emulation import should_emulate
+
+    assert should_emulate(CpuPlatform())
+    assert not should_emulate(UnspecifiedPlatform())
