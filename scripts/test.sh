@@ -79,9 +79,10 @@ if (($# == 0)); then
   echo "== upstream releases (for information)"
   python3 scripts/upstream_status.py || true
 fi
-((${#skipped[@]})) && echo "SKIPPED (nothing selected): ${skipped[*]}"
+joined() { local IFS=";"; echo "$*" | sed 's/;/; /g'; }
+((${#skipped[@]})) && echo "SKIPPED (nothing selected): $(joined "${skipped[@]}")"
 if ((${#failed[@]})); then
-  echo "FAILED: ${failed[*]}"
+  echo "FAILED: $(joined "${failed[@]}")"
   exit 1
 fi
 echo "all suites passed"
