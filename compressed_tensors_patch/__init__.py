@@ -17,6 +17,10 @@ does nothing but say so: the runtime patch retires itself. Either way the
 one line it logs goes through loguru, where llm-compressor and
 compressed-tensors log, so it shows in an llm-compressor run.
 
+Upstream is recognised by the code it runs, not by its version: every
+function the patch wraps or depends on must match the fingerprint of a
+tested release (``versions``), or nothing is patched.
+
 Overlapping ``applied()`` blocks, in any threads, keep the patch applied
 until the last of them exits.
 
@@ -103,7 +107,8 @@ def apply() -> None:
 
     Idempotent. Does nothing, and says so, where compressed-tensors writes
     0-D global scales natively. Raises :class:`UnsupportedUpstreamError`, with
-    nothing patched, on any other release we have not read.
+    nothing patched, where the code it would wrap matches no tested release
+    (``versions``), naming each function that differs.
     """
     native = native_support()
     if native is not None:
