@@ -59,11 +59,11 @@ def with_format_version(text: str, version: int | None, path: str | os.PathLike[
     """``text`` (a ``config.json``) with its marker set to ``version``, or removed for None."""
     decoder = json.JSONDecoder()
     try:
-        top, _ = _members(text, _skip(text, 0), decoder)
+        top = _members(text, _skip(text, 0), decoder)
         (config,) = _named(top, _QUANTIZATION_CONFIG, path)
         if text[config.value_start] != "{":
             raise CheckpointError(path, f"{_QUANTIZATION_CONFIG} is not an object")
-        members, _ = _members(text, config.value_start, decoder)
+        members = _members(text, config.value_start, decoder)
     except (ValueError, IndexError):
         raise CheckpointError(path, "not a JSON object this tool can edit") from None
     markers = _named(members, FORMAT_VERSION_KEY, path, at_most_one=True)
@@ -108,15 +108,15 @@ def _skip(text: str, at: int) -> int:
     return at
 
 
-def _members(text: str, start: int, decoder: json.JSONDecoder) -> tuple[list[_Member], int]:
-    """The members of the object whose ``{`` is at ``start``, and where its ``}`` is."""
+def _members(text: str, start: int, decoder: json.JSONDecoder) -> list[_Member]:
+    """The members of the object whose ``{`` is at ``start``."""
     if text[start] != "{":
         raise ValueError("not an object")
     members: list[_Member] = []
     lead_start = start + 1
     at = _skip(text, lead_start)
     if text[at] == "}":
-        return members, at
+        return members
     while True:
         key_start = at
         key, at = decoder.raw_decode(text, at)
@@ -131,7 +131,7 @@ def _members(text: str, start: int, decoder: json.JSONDecoder) -> tuple[list[_Me
         members.append(_Member(key, lead_start, key_start, key_end, value_start, value_end))
         at = _skip(text, value_end)
         if text[at] == "}":
-            return members, at
+            return members
         if text[at] != ",":
             raise ValueError("no comma")
         lead_start = at + 1
