@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from scalar_scales.checkpoint import CONFIG_NAME, FORMAT_VERSION_KEY
-from scalar_scales.durable import replaced
+from scalar_scales.durable import os_errors_named, replaced
 from scalar_scales.safetensors_header import CheckpointError
 
 __all__ = ["set_format_version", "with_format_version"]
@@ -40,18 +40,17 @@ class _Member(NamedTuple):
 def set_format_version(path: str | os.PathLike[str], version: int | None, *, durable: bool = True) -> bool:
     """Make ``config.json`` at ``path`` declare ``version`` (None: no key, which is legacy); True if it changed."""
     path = Path(path)
+    with os_errors_named(path, "read"):
+        raw = path.read_bytes()
     try:
-        text = path.read_bytes().decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CheckpointError(path, f"cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CheckpointError(path, f"cannot read: {exc}") from None
     new = with_format_version(text, version, path)
     if new == text:
         return False
-    try:
-        with replaced(path, durable=durable, text=True) as f:
-            f.write(new)
-    except OSError as exc:
-        raise CheckpointError(path, f"cannot write: {exc.strerror or exc}") from None
+    with os_errors_named(path, "write"), replaced(path, durable=durable, text=True) as f:
+        f.write(new)
     return True
 
 

@@ -17,7 +17,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["fsync_folder", "remove_stale", "replaced", "temporary_path"]
+from scalar_scales.safetensors_header import CheckpointError
+
+__all__ = ["fsync_folder", "os_errors_named", "remove_stale", "replaced", "temporary_path"]
 
 
 def temporary_path(path: Path) -> Path:
@@ -48,6 +50,15 @@ def replaced(path: str | os.PathLike[str], *, durable: bool = True, text: bool =
         raise
     if durable:
         fsync_folder(path.parent)
+
+
+@contextmanager
+def os_errors_named(path: str | os.PathLike[str], doing: str) -> Iterator[None]:
+    """An OS error inside becomes a one-line :class:`CheckpointError`, ``PATH: cannot DOING: why``."""
+    try:
+        yield
+    except OSError as exc:
+        raise CheckpointError(path, f"cannot {doing}: {exc.strerror or exc}") from None
 
 
 def remove_stale(path: str | os.PathLike[str]) -> bool:

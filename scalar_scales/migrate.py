@@ -44,7 +44,7 @@ from scalar_scales.checkpoint import (
     resolve_checkpoint,
 )
 from scalar_scales.config_marker import set_format_version
-from scalar_scales.durable import remove_stale, replaced
+from scalar_scales.durable import os_errors_named, remove_stale, replaced
 from scalar_scales.header_edit import HeaderEdit, Layout
 from scalar_scales.safetensors_header import CheckpointError
 from scalar_scales.scan import CheckpointScan, scan_checkpoint
@@ -143,10 +143,8 @@ def migrate_checkpoint(
 def _remove_stale_temporary_files(checkpoint: Checkpoint) -> None:
     """A run killed while writing leaves ``.<name>.scalar-scales.tmp`` beside a file; we hold the lock now."""
     for path in (*checkpoint.files, *([checkpoint.config] if checkpoint.config else [])):
-        try:
+        with os_errors_named(path.parent, "remove a stale temporary file"):
             remove_stale(path)
-        except OSError as exc:
-            raise CheckpointError(path.parent, f"cannot remove a stale temporary file: {exc.strerror}") from None
 
 
 def _plan(scan: CheckpointScan, to: Layout, include: Sequence[str], dry_run: bool) -> MigrationReport:
@@ -221,18 +219,9 @@ def _apply_edits(report: MigrationReport, materialize: bool, progress: Progress 
                 progress(done, total)
 
 
-@contextmanager
-def _naming(path: Path, doing: str) -> Iterator[None]:
-    """An OS error inside becomes a :class:`CheckpointError` that names ``path``."""
-    try:
-        yield
-    except OSError as exc:
-        raise CheckpointError(path, f"cannot {doing}: {exc.strerror or exc}") from None
-
-
 def _edit_in_place(edit: HeaderEdit) -> None:
     begin, end = edit.span
-    with _naming(edit.path, "write"):
+    with os_errors_named(edit.path, "write"):
         fd = os.open(edit.path, os.O_RDWR)
         try:
             os.pwrite(fd, edit.new_raw[begin:end], 8 + begin)
@@ -245,7 +234,7 @@ def _rewrite(edit: HeaderEdit) -> None:
     """Write the new header and the unchanged data to a new file, then rename it over the shard."""
     shard = edit.path
     data_start = edit.old_data_start
-    with _naming(shard, "rewrite"), open(shard, "rb") as source, replaced(shard) as target:
+    with os_errors_named(shard, "rewrite"), open(shard, "rb") as source, replaced(shard) as target:
         target.write(struct.pack("<Q", len(edit.new_raw)) + edit.new_raw)
         target.flush()
         size = os.fstat(source.fileno()).st_size - data_start
@@ -260,7 +249,7 @@ def _rewrite(edit: HeaderEdit) -> None:
 def _verify(report: MigrationReport) -> None:
     """Read every changed header back; it must be byte for byte the planned one, which was validated."""
     for edit in report.edits:
-        with _naming(edit.path, "read back"), open(edit.path, "rb") as f:
+        with os_errors_named(edit.path, "read back"), open(edit.path, "rb") as f:
             written = f.read(8 + len(edit.new_raw))
         if written != struct.pack("<Q", len(edit.new_raw)) + edit.new_raw:
             raise CheckpointError(edit.path, "header read back differs from what was written")
