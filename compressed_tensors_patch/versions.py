@@ -55,12 +55,10 @@ def fingerprint(target: str) -> str | None:
     """The fingerprint of the installed ``target`` (dotted path), or None where it does not exist."""
     owner_path, _, attribute = target.rpartition(".")
     owner = import_dotted(owner_path)
-    code: Any = vars(owner).get(attribute) if owner is not None and hasattr(owner, "__dict__") else None
-    if code is None:
-        code = import_dotted(target)
-    code = getattr(code, "__func__", code)
+    code: Any = vars(owner).get(attribute) if owner is not None else None
     if code is None:
         return None
+    code = getattr(code, "__func__", code)
     try:
         source = inspect.getsource(inspect.unwrap(code))
     except (OSError, TypeError):
