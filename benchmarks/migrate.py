@@ -1,13 +1,20 @@
-"""migrate and check against the fastest honest full rewrite, on a synthetic V4-Flash-shaped checkpoint.
+"""migrate and check against the fastest honest alternatives, on a synthetic V4-Flash-shaped checkpoint.
 
 For each data size, in one run:
 
 - writes a synthetic checkpoint: 43 layers x 256 experts x 3 projections,
   66,048 (1,) global scales in 46 shards, plus a packed weight and an FP8
   group scale per projection (the realistic header size);
-- times ``scalar-scales migrate`` and ``scalar-scales check`` as whole
-  commands (to 0-D; reset to (1,) in-process between runs), and
-  ``migrate_checkpoint`` in-process;
+- times ``scalar-scales migrate`` and ``scalar-scales check`` (every
+  rule) as whole commands: migrate to 0-D, check on the clean result and on
+  the legacy checkpoint (66,048 NV101 findings), reset to (1,) in-process
+  between runs; and ``migrate_checkpoint`` in-process;
+- times, in-process, what ``check`` reads done with the ``safetensors``
+  library: every shard opened with ``safe_open``, every tensor's dtype and
+  shape, every global scale's value (no rule applied: a lower bound);
+- times ``scalar-scales check hf://...`` against the test kit's local Hub
+  server on 127.0.0.1 serving the checkpoint, and the share of its bytes
+  fetched;
 - on a copy, times the fastest full rewrite a user has without this tool:
   the ``safetensors`` library without torch, shard by shard (read,
   ``deserialize``, every global scale's shape set to ``[]``,
@@ -16,7 +23,8 @@ For each data size, in one run:
     OMP_NUM_THREADS=1 python benchmarks/migrate.py --sizes 0.4 3.8
 
 Targets (2-core machine): migrate <= 0.5 s as a command, flat in data size;
-check <= 0.35 s as a command. The data is in the page cache after it is
+check (all rules) <= 0.5 s as a command; an hf:// check fetches < 1% of the
+bytes of the largest checkpoint. The data is in the page cache after it is
 written, which favours the full rewrite (no disk reads); migrate never
 reads data.
 """
@@ -36,9 +44,11 @@ from pathlib import Path
 
 from scalar_scales.checkpoint import is_global_scale
 from scalar_scales.migrate import migrate_checkpoint
+from scalar_scales.scan import scan_checkpoint
+from scalar_scales_testkit.hub_server import HubRepository, serve_hub
 from scalar_scales_testkit.synthetic import write_synthetic_checkpoint
 
-TARGETS = {"migrate_command": 0.5, "check_command": 0.35}
+TARGETS = {"migrate_command": 0.5, "check_command": 0.5, "check_legacy_command": 0.5}
 
 
 def timed(fn) -> float:
@@ -79,20 +89,53 @@ def full_rewrite(checkpoint: Path) -> None:
         os.close(fd)
 
 
-def command(*args: str | Path) -> None:
-    subprocess.run([sys.executable, "-m", "scalar_scales", *map(str, args)], check=True, capture_output=True)
+def safetensors_read(checkpoint: Path) -> None:
+    """What check reads, read with safetensors' own reader: every dtype and shape, every global scale's value."""
+    from safetensors import safe_open
+
+    for shard in sorted(checkpoint.glob("*.safetensors")):
+        with safe_open(shard, framework="numpy") as f:
+            for name in f.keys():
+                tensor = f.get_slice(name)
+                tensor.get_dtype(), tensor.get_shape()
+                if is_global_scale(name):
+                    f.get_tensor(name)
+
+
+def command(*args: str | Path, env: dict[str, str] | None = None) -> None:
+    """Run the command; it must work (exit 0, or 1 for a check with findings)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "scalar_scales", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=None if env is None else {**os.environ, **env},
+    )
+    assert result.returncode in (0, 1), result.stderr
+
+
+def remote_check(checkpoint: Path, root: Path, repeats: int) -> tuple[float, float]:
+    """Median seconds of ``check hf://`` against a local Hub server, and the percentage of bytes fetched."""
+    with serve_hub({"bench/v4": HubRepository({"main": checkpoint})}) as (endpoint, served):
+        env = {"HF_ENDPOINT": endpoint, "HF_HUB_OFFLINE": "0", "HF_HOME": str(root / "hf-home")}
+        seconds = statistics.median(timed(lambda: command("check", "hf://bench/v4", env=env)) for _ in range(repeats))
+        fetched = served.file_bytes / repeats
+    return seconds, 100 * fetched / sum(p.stat().st_size for p in checkpoint.iterdir())
 
 
 def measure(root: Path, gigabytes: float, repeats: int) -> dict[str, float]:
     checkpoint = write_synthetic_checkpoint(root / f"v4-{gigabytes}gb", data_bytes=int(gigabytes * 1e9))
     os.sync()  # otherwise migrate's first fsync pays for flushing the generator's data
-    in_process, commands, checks = [], [], []
+    in_process, commands, checks, legacy_checks, check_in_process, reads = [], [], [], [], [], []
     for _ in range(repeats):
         in_process.append(timed(lambda: migrate_checkpoint(checkpoint)))
         migrate_checkpoint(checkpoint, to="legacy")
+        legacy_checks.append(timed(lambda: command("check", checkpoint, "--quiet")))
         commands.append(timed(lambda: command("migrate", checkpoint)))
         checks.append(timed(lambda: command("check", checkpoint, "--quiet")))
+        check_in_process.append(timed(lambda: scan_checkpoint(checkpoint, diagnose=True).findings))
+        reads.append(timed(lambda: safetensors_read(checkpoint)))
         migrate_checkpoint(checkpoint, to="legacy")
+    remote_seconds, remote_share = remote_check(checkpoint, root, repeats)
 
     copy = root / f"copy-{gigabytes}gb"
     shutil.copytree(checkpoint, copy)
@@ -104,6 +147,11 @@ def measure(root: Path, gigabytes: float, repeats: int) -> dict[str, float]:
         "migrate_in_process": statistics.median(in_process),
         "migrate_command": statistics.median(commands),
         "check_command": statistics.median(checks),
+        "check_legacy_command": statistics.median(legacy_checks),
+        "check_in_process": statistics.median(check_in_process),
+        "safetensors_read": statistics.median(reads),
+        "check_remote_command": remote_seconds,
+        "remote_fetched_percent": remote_share,
         "full_rewrite": rewrite_seconds,
     }
 
@@ -122,12 +170,24 @@ def main() -> None:
         if not args.workdir:
             shutil.rmtree(root, ignore_errors=True)
     print("synthetic V4-Flash: 66,048 global scales, 46 shards; medians of", args.repeats, "runs (seconds)")
-    print(f"{'data':>6}  {'migrate':>8}  {'command':>8}  {'check':>7}  {'rewrite':>8}  {'rewrite/command':>15}")
+    print(f"{'data':>6}  {'migrate':>8}  {'command':>8}  {'rewrite':>8}  {'rewrite/command':>15}")
     for size, r in results.items():
         ratio = r["full_rewrite"] / r["migrate_command"]
         print(
-            f"{size:>5}G  {r['migrate_in_process']:>8.3f}  {r['migrate_command']:>8.3f}  {r['check_command']:>7.3f}  "
+            f"{size:>5}G  {r['migrate_in_process']:>8.3f}  {r['migrate_command']:>8.3f}  "
             f"{r['full_rewrite']:>8.2f}  {ratio:>14.1f}x"
+        )
+    print("check (all rules): command on the clean and the legacy checkpoint; in-process on the clean one, against")
+    print("safetensors' reader reading the same (no rule applied); hf:// against a local server")
+    print(
+        f"{'data':>6}  {'command':>7}  {'legacy':>7}  {'in-proc':>7}  {'safetensors':>11}  {'read/check':>10}  "
+        f"{'hf://':>6}  {'fetched':>8}"
+    )
+    for size, r in results.items():
+        print(
+            f"{size:>5}G  {r['check_command']:>7.3f}  {r['check_legacy_command']:>7.3f}  {r['check_in_process']:>7.3f}"
+            f"  {r['safetensors_read']:>11.3f}  {r['safetensors_read'] / r['check_in_process']:>9.2f}x"
+            f"  {r['check_remote_command']:>6.3f}  {r['remote_fetched_percent']:>7.3f}%"
         )
     smallest, largest = results[min(results)], results[max(results)]
     flat = largest["migrate_command"] / smallest["migrate_command"]

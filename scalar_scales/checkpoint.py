@@ -30,9 +30,11 @@ __all__ = [
     "checkpoint_files",
     "declaration",
     "is_global_scale",
+    "json_object",
     "read_config",
     "read_headers",
     "resolve_checkpoint",
+    "weight_map_of",
 ]
 
 CONFIG_NAME = "config.json"
@@ -109,20 +111,25 @@ def read_headers(path: str | os.PathLike[str]) -> list[SafetensorsHeader]:
 
 
 def _weight_map(index: Path) -> dict[str, str]:
+    return weight_map_of(_read_json_object(index), index)
+
+
+def weight_map_of(index: dict[str, Any], path: str | os.PathLike[str]) -> dict[str, str]:
     """The index's ``weight_map``: every tensor's shard, each a ``.safetensors`` file in the index's folder.
 
     Parsed as JSON: file names that appear anywhere else in the index (its
     ``metadata``, say) are not shards, and a name that leads out of the
     folder is refused, so nothing outside the checkpoint is ever touched.
+    ``path`` names the index in errors.
     """
-    weight_map = _read_json_object(index).get("weight_map")
+    weight_map = index.get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
-        raise CheckpointError(index, "weight_map is missing or not an object mapping tensors to shard files")
+        raise CheckpointError(path, "weight_map is missing or not an object mapping tensors to shard files")
     names = weight_map.values()
     if set(map(type, names)) != {str} or not all(map(_is_shard_name, set(names))):
         tensor, name = next((t, n) for t, n in weight_map.items() if not _is_shard_name(n))
         raise CheckpointError(
-            index, f"weight_map maps {tensor!r} to {name!r}, which is not a .safetensors file in this folder"
+            path, f"weight_map maps {tensor!r} to {name!r}, which is not a .safetensors file in this folder"
         )
     return weight_map
 
@@ -177,9 +184,16 @@ def _json_kind(value: object) -> str:
 
 def _read_json_object(path: Path) -> dict[str, Any]:
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
     except OSError as exc:
         raise CheckpointError(path, f"cannot read: {exc.strerror or exc}") from None
+    return json_object(raw, path)
+
+
+def json_object(raw: bytes, path: str | os.PathLike[str]) -> dict[str, Any]:
+    """``raw`` parsed as a JSON object (a config or an index), or a :class:`CheckpointError` naming ``path``."""
+    try:
+        document = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CheckpointError(path, f"not valid JSON ({exc})") from None
     if not isinstance(document, dict):

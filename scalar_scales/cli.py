@@ -1,28 +1,30 @@
 """The ``scalar-scales`` command: ``check`` and ``migrate``.
 
-It never imports torch and has no dependency. The demo, which needs
-llm-compressor, is the producer package's own command (``scalar-scales-demo``).
+It never imports torch and has no dependency (``check hf://`` needs the
+``hub`` extra). The demo, which needs llm-compressor, is the producer
+package's own command (``scalar-scales-demo``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from scalar_scales import __version__
+from scalar_scales.check_report import SHOWN_PER_RULE, CheckReport
+from scalar_scales.hub import HubShards, is_hub_address, open_hub_checkpoint
 from scalar_scales.migrate import MigrationReport, migrate_checkpoint
+from scalar_scales.rules import selected_codes
 from scalar_scales.safetensors_header import CheckpointError
-from scalar_scales.scan import CheckpointScan, scan_checkpoint
+from scalar_scales.scan import scan_checkpoint, scan_shards
 
 __all__ = ["main"]
 
 DESCRIPTION = (
-    "Fix quantized checkpoints whose per-tensor global scales have the wrong shape: "
-    "NVFP4 artifacts that store *_global_scale as shape (1,) instead of 0-D (vLLM issue 43297)."
+    "Find what will break when a server loads an NVFP4 checkpoint, and fix per-tensor global scales of the "
+    "wrong shape: NVFP4 artifacts that store *_global_scale as shape (1,) instead of 0-D (vLLM issue 43297)."
 )
 
 
@@ -33,15 +35,25 @@ def _build_parser() -> argparse.ArgumentParser:
 
     check = commands.add_parser(
         "check",
-        help="list per-tensor global scales, their layout and suspicious values",
-        description="List every per-tensor global scale: legacy (1,) or scalar (0-D), and its value; report "
-        "format_version; warn about zero, negative, NaN or Inf scales. Exit 0 when clean, 1 when legacy scales "
-        "(or a marker that disagrees with them) are found, 2 on unreadable or corrupt input.",
+        help="find what will go wrong when a server loads an NVFP4 checkpoint (local or hf://)",
+        description="Apply every rule (docs/check.md) to a checkpoint's headers and scale values: legacy (1,) "
+        "scales, a marker that disagrees, missing or invalid global scales, the reciprocal convention, fused "
+        "partners with different scales, weight_scale shapes, dtypes, and an index that disagrees with its shards. "
+        "Exit 0 when no error is found, 1 when one is (with --strict, also a warning), 2 when the checkpoint is "
+        "unreadable.",
     )
-    check.add_argument("path", help="checkpoint folder or .safetensors file")
+    check.add_argument("path", help="checkpoint folder, .safetensors file, or hf://ORG/NAME[@REVISION]")
+    check.add_argument(
+        "--select", action="append", default=[], metavar="CODE", help="only these rules (codes or prefixes: NV1, NV301)"
+    )
+    check.add_argument("--ignore", action="append", default=[], metavar="CODE", help="not these rules")
     check.add_argument("--json", action="store_true", help="machine-readable output")
     check.add_argument("--strict", action="store_true", help="also exit 1 on warnings")
-    check.add_argument("-q", "--quiet", action="store_true", help="print only problems and the summary")
+    check.add_argument("--list", action="store_true", help="also list every per-tensor scale with its shape and value")
+    check.add_argument(
+        "--show-all", action="store_true", help=f"every finding, not the first {SHOWN_PER_RULE} of each rule"
+    )
+    check.add_argument("-q", "--quiet", action="store_true", help="print only the summary line")
     check.add_argument("--include", action="append", default=[], metavar="GLOB", help="also these per-tensor scales")
 
     migrate = commands.add_parser(
@@ -71,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "check":
-            return _check(args)
+            return _check(args, parser)
         if args.command == "migrate":
             return _migrate(args)
     except CheckpointError as exc:
@@ -85,76 +97,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2
 
 
-def _check(args: argparse.Namespace) -> int:
-    scan = scan_checkpoint(args.path, include=args.include)
-    problems = scan.legacy_count > 0 or scan.marker_mismatch is not None
-    code = 1 if problems or (args.strict and scan.suspicious_count) else 0
+def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    try:
+        codes = selected_codes(args.select, args.ignore)
+    except ValueError as exc:
+        parser.error(str(exc))
+    fetched: HubShards | None = None
+    if is_hub_address(args.path):
+        checkpoint, config, fetched = open_hub_checkpoint(args.path)
+        scan = scan_shards(checkpoint, config, fetched, include=args.include, diagnose=True)
+    else:
+        scan = scan_checkpoint(args.path, include=args.include, diagnose=True)
+    report = CheckReport(scan, codes, args.strict, fetched)
     if args.json:
-        print(json.dumps(_scan_document(scan, code), indent=2, allow_nan=False))
-        return code
-    print(_scan_heading(scan))
-    for finding in scan.problems if args.quiet else scan.findings:
-        shape = str(list(finding.shape))
-        warning = f"  warning: {', '.join(finding.warnings)}" if finding.warnings else ""
-        print(f"{finding.layout:<7}{shape:<5}{finding.name} = {finding.value!r}{warning}")
-    if scan.marker_mismatch:
-        print(f"problem: {scan.marker_mismatch}")
-    print(_scan_summary(scan))
-    return code
-
-
-def _scan_heading(scan: CheckpointScan) -> str:
-    declared = scan.declared_format_version
-    marker = "no config.json" if declared is None else f"format_version {declared}"
-    quantization_format = scan.quantization_format or "unknown format"
-    return f"{scan.checkpoint.root}: {len(scan.shards)} shard(s), {quantization_format}, {marker}"
-
-
-def _scan_summary(scan: CheckpointScan) -> str:
-    legacy, total = scan.legacy_count, scan.scale_count
-    summary = (
-        f"{total} per-tensor scales: {legacy} legacy (1,), {total - legacy} scalar; {scan.suspicious_count} warnings"
-    )
-    if legacy or scan.marker_mismatch:
-        summary += f"; fix with: scalar-scales migrate {scan.checkpoint.root}"
-    return summary
-
-
-def _scan_document(scan: CheckpointScan, code: int) -> dict[str, Any]:
-    return {
-        "checkpoint": str(scan.checkpoint.root),
-        "shards": len(scan.shards),
-        "quantization_format": scan.quantization_format,
-        "format_version": scan.declared_format_version,
-        "marker_mismatch": scan.marker_mismatch,
-        "scales": [
-            {
-                "name": f.name,
-                "file": str(f.file),
-                "dtype": f.dtype,
-                "shape": list(f.shape),
-                "layout": f.layout,
-                "value": _json_number(f.value),
-                "warnings": f.warnings,
-            }
-            for f in scan.findings
-        ],
-        "legacy": scan.legacy_count,
-        "scalar": scan.scale_count - scan.legacy_count,
-        "warnings": scan.suspicious_count,
-        "exit_code": code,
-    }
-
-
-def _json_number(value: float | None) -> float | str | None:
-    """A scale value as strict JSON (RFC 8259) allows it: NaN and the infinities, which it has no literal for,
-    as the strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"``."""
-    if value is None or math.isfinite(value):
-        return value
-    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+        print(json.dumps(report.document(with_scales=args.list), indent=2, allow_nan=False))
+    else:
+        lines = [report.summary()] if args.quiet else report.lines(show_all=args.show_all, with_scales=args.list)
+        print("\n".join(lines))
+    return report.exit_code
 
 
 def _migrate(args: argparse.Namespace) -> int:
+    if is_hub_address(args.path):
+        raise CheckpointError(
+            args.path,
+            "migrate edits files in place, so it needs a local copy (hf download ORG/NAME --local-dir DIR); "
+            "check reads hf:// addresses",
+        )
     show_progress = not args.json and sys.stderr.isatty()
     report = migrate_checkpoint(
         args.path,

@@ -148,6 +148,8 @@ def _remove_stale_temporary_files(checkpoint: Checkpoint) -> None:
 
 
 def _plan(scan: CheckpointScan, to: Layout, include: Sequence[str], dry_run: bool) -> MigrationReport:
+    if scan.index_errors:
+        raise scan.index_errors[0]
     if scan.config is not None and not scan.is_nvfp4 and not include:
         raise CheckpointError(
             scan.checkpoint.config or scan.checkpoint.root,

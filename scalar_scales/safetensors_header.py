@@ -58,6 +58,8 @@ __all__ = [
     "TensorEntry",
     "DTYPE_BITS",
     "MAX_HEADER_BYTES",
+    "header_length_of",
+    "parse_header",
     "read_header",
 ]
 
@@ -153,9 +155,11 @@ class SafetensorsHeader:
     ``shape_spans``, for headers in the compact layout, gives for each entry
     the byte range inside ``raw`` between the brackets of its shape; None for
     any other layout. It is worked out only when an edit asks for it.
+    ``path`` is a local :class:`Path`, or the ``hf://`` address (a string) of
+    a remote file read by range requests.
     """
 
-    path: Path
+    path: Path | str
     raw: bytes
     names: list[str]
     dtypes: list[str]
@@ -221,19 +225,31 @@ def read_header(path: str | os.PathLike[str]) -> SafetensorsHeader:
     try:
         with open(path, "rb") as f:
             file_size = os.fstat(f.fileno()).st_size
-            prefix = f.read(8)
-            if len(prefix) < 8:
-                raise CheckpointError(path, f"truncated: {file_size} bytes, too short for the 8-byte header length")
-            (header_length,) = struct.unpack("<Q", prefix)
-            if header_length > MAX_HEADER_BYTES:
-                raise CheckpointError(path, f"header length {header_length} exceeds the {MAX_HEADER_BYTES}-byte limit")
-            if 8 + header_length > file_size:
-                raise CheckpointError(
-                    path, f"header length {header_length} runs past the end of the file ({file_size} bytes)"
-                )
+            header_length = header_length_of(path, f.read(8), file_size)
             raw = f.read(header_length)
     except OSError as exc:
         raise CheckpointError(path, f"cannot read: {exc.strerror or exc}") from None
+    return parse_header(path, raw, file_size)
+
+
+def header_length_of(path: str | os.PathLike[str], prefix: bytes, file_size: int) -> int:
+    """The header length a file's first 8 bytes declare, checked against the limit and the file's size."""
+    if len(prefix) < 8:
+        raise CheckpointError(path, f"truncated: {file_size} bytes, too short for the 8-byte header length")
+    (header_length,) = struct.unpack("<Q", prefix)
+    if header_length > MAX_HEADER_BYTES:
+        raise CheckpointError(path, f"header length {header_length} exceeds the {MAX_HEADER_BYTES}-byte limit")
+    if 8 + header_length > file_size:
+        raise CheckpointError(path, f"header length {header_length} runs past the end of the file ({file_size} bytes)")
+    return header_length
+
+
+def parse_header(path: Path | str, raw: bytes, file_size: int) -> SafetensorsHeader:
+    """Validate the header ``raw`` of a ``file_size``-byte file: what :func:`read_header` does once it has the bytes.
+
+    ``path`` names the file in errors: a local path, or the address of a
+    remote file whose bytes came by range requests.
+    """
     with _collector_paused():
         columns = _parse_canonical(raw) or _parse_json(path, raw)
     _validate(path, columns, data_size=file_size - 8 - len(raw))
@@ -321,7 +337,7 @@ _NOT_A_SIZE = object()
 """What a negative JSON integer parses to: never a valid size or offset, and ``-0`` is no exception."""
 
 
-def _parse_json(path: Path, raw: bytes) -> _Columns:
+def _parse_json(path: Path | str, raw: bytes) -> _Columns:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -394,7 +410,7 @@ def _strict_json_problem(value: Any, depth: int = 0) -> str | None:
     return None
 
 
-def _metadata(path: Path, spec: object) -> dict[str, str] | None:
+def _metadata(path: Path | str, spec: object) -> dict[str, str] | None:
     if spec is None:
         return None
     if not isinstance(spec, _Object) or not all(isinstance(value, str) for _, value in spec):
@@ -402,7 +418,7 @@ def _metadata(path: Path, spec: object) -> dict[str, str] | None:
     return dict(spec)
 
 
-def _entry_fields(path: Path, name: str, spec: object) -> tuple[str, tuple[int, ...], int, int]:
+def _entry_fields(path: Path | str, name: str, spec: object) -> tuple[str, tuple[int, ...], int, int]:
     """One tensor's dtype, shape and offsets, read as the reference's ``TensorInfo`` is."""
     if isinstance(spec, _Object):
         fields: dict[str, object] = {}
@@ -462,7 +478,7 @@ def _bit_count(elements: int | None, bits: int) -> int | None:
     return elements * bits
 
 
-def _validate(path: Path, columns: _Columns, data_size: int) -> None:
+def _validate(path: Path | str, columns: _Columns, data_size: int) -> None:
     """The reference's checks, over whole columns at C speed; a failure is then located and named."""
     names, dtypes, shapes, begins, ends = columns[:5]
     bits = list(map(DTYPE_BITS.get, dtypes))

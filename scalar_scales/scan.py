@@ -15,6 +15,11 @@ much as parsing it. The digest is checked against the index's
 
 Workers die with the process that started them, on any signal (SIGKILL
 included): none outlives a run.
+
+With ``diagnose``, each job also runs the module checks of
+:mod:`scalar_scales.diagnose` on its header. Shards come from a
+:class:`ShardSource`: local files, mapped, in forked workers; or a Hub
+repository (:mod:`scalar_scales.hub`), read by range requests in threads.
 """
 
 from __future__ import annotations
@@ -29,12 +34,12 @@ import signal
 import struct
 import threading
 from collections.abc import Callable, Collection, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from functools import cached_property, partial
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, Protocol, TypedDict, TypeVar, Unpack
 
 from scalar_scales.checkpoint import (
     FORMAT_VERSION_KEY,
@@ -48,19 +53,28 @@ from scalar_scales.checkpoint import (
     read_config,
     resolve_checkpoint,
 )
+from scalar_scales.diagnose import Scheme, ShardDiagnosis, checkpoint_findings, diagnose_shard, scheme_of
 from scalar_scales.header_edit import HeaderEdit, Layout, plan_header_edit
+from scalar_scales.rules import Finding
 from scalar_scales.safetensors_header import CheckpointError, SafetensorsHeader, read_header
 
 __all__ = [
+    "LOCAL_FILES",
+    "CheckpointLocation",
     "CheckpointScan",
     "ScaleFinding",
+    "ScanOptions",
     "ShardScan",
+    "ShardSource",
+    "decode_scale",
     "scan_checkpoint",
-    "value_warnings",
+    "scan_shards",
 ]
 
 PARALLEL_MIN_SHARDS = 8
 """Below this many shards, starting worker processes costs more than it saves."""
+REMOTE_REQUESTS = 8
+"""Shards of a remote checkpoint read at once."""
 
 _DECODERS: dict[str, Any] = {
     "F32": struct.Struct("<f").unpack_from,
@@ -70,12 +84,12 @@ _DECODERS: dict[str, Any] = {
 
 
 class ScaleFinding(NamedTuple):
-    """One per-tensor scale: where it is, its shape and its value.
+    """One per-tensor scale: where it is, its shape and its value (``check --list``).
 
     A named tuple: a large MoE has tens of thousands of them.
     """
 
-    file: Path
+    file: Path | str
     name: str
     dtype: str
     shape: tuple[int, ...]
@@ -86,26 +100,11 @@ class ScaleFinding(NamedTuple):
         """``scalar`` for (), ``legacy`` for (1,)."""
         return "scalar" if self.shape == () else "legacy"
 
-    @property
-    def warnings(self) -> list[str]:
-        return value_warnings(self.value)
-
-
-def value_warnings(value: float | None) -> list[str]:
-    """Why a scale value is suspicious: zero (an expert that saw no token), negative, NaN or Inf."""
-    if value is None or 0.0 < value < math.inf:
-        return []
-    if math.isnan(value):
-        return ["NaN"]
-    if math.isinf(value):
-        return ["Inf"]
-    return ["zero"] if value == 0.0 else ["negative"]
-
 
 class ShardScan(NamedTuple):
-    """What one shard's job found: its per-tensor scales (columns) and, for migrate, the planned edit."""
+    """What one shard's job found: its per-tensor scales (columns), its planned edit and its module findings."""
 
-    path: Path
+    path: Path | str
     names: list[str]
     dtypes: list[str]
     shapes: list[tuple[int, ...]]
@@ -113,38 +112,66 @@ class ShardScan(NamedTuple):
     edit: HeaderEdit | None
     tensors: tuple[int, int]
     """The shard's tensor names as (count, digest) for its file: what the index is checked against."""
+    diagnosis: ShardDiagnosis
+    """With ``diagnose``: the shard's findings, and what it shares with other shards (:mod:`scalar_scales.diagnose`)."""
+
+
+class CheckpointLocation(Protocol):
+    """A checkpoint as a scan needs it: a local :class:`Checkpoint`, or a Hub repository's."""
+
+    @property
+    def root(self) -> Path | str: ...
+
+    @property
+    def files(self) -> tuple[Any, ...]: ...
+
+    @property
+    def config(self) -> Path | str | None: ...
+
+    @property
+    def weight_map(self) -> dict[str, str] | None: ...
+
+
+class ShardSource(Protocol):
+    """Where a shard's bytes come from. ``threads``: its jobs wait on the network, so run them in threads."""
+
+    threads: bool
+
+    def read_header(self, file: Any) -> SafetensorsHeader: ...
+
+    def read_values(self, header: SafetensorsHeader, indices: list[int]) -> list[float | None]: ...
 
 
 @dataclass
 class CheckpointScan:
     """Everything ``check`` reports, and what ``migrate`` plans from."""
 
-    checkpoint: Checkpoint
+    checkpoint: CheckpointLocation
     config: dict[str, Any] | None
     declared: Declaration | None
     """What config.json declares; None without a config.json."""
     shards: list[ShardScan]
+    scheme: Scheme | None = None
+    """The config's NVFP4 scheme, when the scan diagnosed the checkpoint; None without a config."""
+    index_errors: list[CheckpointError] = field(default_factory=list)
+    """Every disagreement between the index and the shards, first to last; ``migrate`` refuses on any."""
 
     @property
     def scale_count(self) -> int:
         return sum(len(shard.names) for shard in self.shards)
 
     @cached_property
-    def findings(self) -> list[ScaleFinding]:
-        return self._findings(lambda shape, value: True)
-
-    @property
-    def problems(self) -> list[ScaleFinding]:
-        """The findings that are legacy (1,) or have a suspicious value, without building the others."""
-        return self._findings(lambda shape, value: shape == (1,) or bool(value_warnings(value)))
-
-    def _findings(self, keep: Callable[[tuple[int, ...], float | None], bool]) -> list[ScaleFinding]:
+    def scales(self) -> list[ScaleFinding]:
         return [
             ScaleFinding(shard.path, *entry)
             for shard in self.shards
             for entry in zip(shard.names, shard.dtypes, shard.shapes, shard.values, strict=True)
-            if keep(entry[2], entry[3])
         ]
+
+    @cached_property
+    def findings(self) -> list[Finding]:
+        """Every rule's findings (:func:`scalar_scales.diagnose.checkpoint_findings`)."""
+        return checkpoint_findings(self)
 
     @property
     def edits(self) -> list[HeaderEdit]:
@@ -171,46 +198,77 @@ class CheckpointScan:
         return sum(shard.shapes.count((1,)) for shard in self.shards)
 
     @property
-    def suspicious_count(self) -> int:
-        """Scales that are zero, negative, NaN or Inf, counted without building findings."""
-        return sum(1 for shard in self.shards for value in shard.values if value_warnings(value))
-
-    @property
     def marker_mismatch(self) -> str | None:
         """Why the config's declaration disagrees with the shards, if it does."""
         if self.declared is None or not self.scale_count or not self.is_nvfp4:
             return None
         declared, legacy = self.declared_format_version, self.legacy_count
         if legacy and declared != LEGACY_FORMAT_VERSION:
-            return f"config.json declares {FORMAT_VERSION_KEY} {declared} but {legacy} scales are (1,)"
+            return (
+                f"config.json declares {FORMAT_VERSION_KEY} {declared} but {legacy} scales are (1,): "
+                "a loader that trusts the marker expects 0-D scales"
+            )
         if not legacy and declared == LEGACY_FORMAT_VERSION:
-            return f"every scale is 0-D but config.json does not declare {FORMAT_VERSION_KEY} 2"
+            return (
+                f"every scale is 0-D but config.json does not declare {FORMAT_VERSION_KEY} 2: "
+                "a loader that trusts the marker expects (1,) scales"
+            )
         return None
 
 
-def scan_checkpoint(
-    path: str | os.PathLike[str] | Checkpoint,
+class ScanOptions(TypedDict, total=False):
+    """What a scan does besides reading the scales (the defaults are :func:`scan_shards`'s)."""
+
+    include: Sequence[str]
+    read_values: bool
+    plan_to: Layout | None
+    close_in_workers: Sequence[int]
+    diagnose: bool
+
+
+def scan_checkpoint(path: str | os.PathLike[str] | Checkpoint, **options: Unpack[ScanOptions]) -> CheckpointScan:
+    """Read and validate every shard header of a local checkpoint and find the per-tensor scales in scope
+    (:func:`scan_shards` says what ``options`` do)."""
+    checkpoint = path if isinstance(path, Checkpoint) else resolve_checkpoint(path)
+    config = read_config(checkpoint.root) if checkpoint.config else None
+    return scan_shards(checkpoint, config, LOCAL_FILES, **options)
+
+
+def scan_shards(
+    checkpoint: CheckpointLocation,
+    config: dict[str, Any] | None,
+    source: ShardSource,
     *,
     include: Sequence[str] = (),
     read_values: bool = True,
     plan_to: Layout | None = None,
     close_in_workers: Sequence[int] = (),
+    diagnose: bool = False,
 ) -> CheckpointScan:
-    """Read and validate every shard header and find the per-tensor scales in scope.
+    """Read and validate every shard header, from ``source``, and find the per-tensor scales in scope.
 
-    With ``plan_to``, also plan each shard's header edit into that layout.
-    ``close_in_workers`` names file descriptors (a held lock) that forked
-    workers must close at once, so that they cannot hold them past this call.
+    ``config`` is the checkpoint's parsed ``config.json``. With ``plan_to``,
+    also plan each shard's header edit into that layout; with ``diagnose``,
+    also run every shard's checks. ``close_in_workers`` names file
+    descriptors (a held lock) that forked workers must close at once, so
+    that they cannot hold them past this call.
     """
-    checkpoint = path if isinstance(path, Checkpoint) else resolve_checkpoint(path)
-    config = read_config(checkpoint.root) if checkpoint.config else None
-    declared = None if config is None else declaration(config, checkpoint.config)
+    declared = None if config is None else declaration(config, str(checkpoint.config))
     nvfp4 = None if declared is None else declared.quantization_format == NVFP4_FORMAT
-    job = partial(_scan_shard, nvfp4=nvfp4, include=tuple(include), read_values=read_values, plan_to=plan_to)
-    shards = _map_shards(job, list(checkpoint.files), close_in_workers)
-    if checkpoint.weight_map is not None:
-        _check_against_index(checkpoint, shards)
-    return CheckpointScan(checkpoint, config, declared, shards)
+    scheme = scheme_of(config) if diagnose else None
+    job = partial(
+        _scan_shard,
+        source=source,
+        nvfp4=nvfp4,
+        include=tuple(include),
+        read_values=read_values,
+        plan_to=plan_to,
+        diagnose=diagnose,
+        scheme=scheme,
+    )
+    shards = _map_shards(job, list(checkpoint.files), close_in_workers, threads=source.threads)
+    index_errors = [] if checkpoint.weight_map is None else _index_errors(checkpoint, shards, source)
+    return CheckpointScan(checkpoint, config, declared, shards, scheme, index_errors)
 
 
 def _digest(names: Collection[str], files: Collection[str]) -> tuple[int, int]:
@@ -225,55 +283,87 @@ def _digest(names: Collection[str], files: Collection[str]) -> tuple[int, int]:
     return len(names), sum(map(operator.mul, map(hash, names), map(weights.__getitem__, files)))
 
 
-def _check_against_index(checkpoint: Checkpoint, shards: list[ShardScan]) -> None:
-    """Every tensor of the index in its shard, and every tensor of a shard in the index; else name the first."""
+def _index_errors(
+    checkpoint: CheckpointLocation, shards: list[ShardScan], source: ShardSource
+) -> list[CheckpointError]:
+    """Every tensor of the index missing from its shard, and every tensor of a shard missing from the index."""
     assert checkpoint.weight_map is not None
     found = tuple(map(sum, zip(*(shard.tensors for shard in shards), strict=True)))
     if found == _digest(checkpoint.weight_map.keys(), checkpoint.weight_map.values()):
-        return
-    listed: dict[str, set[str]] = {shard.path.name: set() for shard in shards}
+        return []
+    listed: dict[str, set[str]] = {_file_name(shard.path): set() for shard in shards}
     for tensor, file_name in checkpoint.weight_map.items():
         listed[file_name].add(tensor)
-    for shard in shards:
-        names = set(read_header(shard.path).names)
-        if missing := sorted(listed[shard.path.name] - names):
-            raise CheckpointError(shard.path, f"named for this shard in {INDEX_NAME} but not in it", tensor=missing[0])
-        if unlisted := sorted(names - listed[shard.path.name]):
-            raise CheckpointError(shard.path, f"in this shard but not in {INDEX_NAME}'s weight_map", tensor=unlisted[0])
+    errors = []
+    for file, shard in zip(checkpoint.files, shards, strict=True):
+        names = set(source.read_header(file).names)
+        listed_here = listed[_file_name(shard.path)]
+        for missing, problem in ((listed_here - names, _LISTED_NOT_HELD), (names - listed_here, _HELD_NOT_LISTED)):
+            errors += [CheckpointError(shard.path, problem, tensor=tensor) for tensor in sorted(missing)]
+    return errors
+
+
+_LISTED_NOT_HELD = f"named for this shard in {INDEX_NAME} but not in it: the index promises a tensor no shard holds"
+_HELD_NOT_LISTED = f"in this shard but not in {INDEX_NAME}'s weight_map: what reads the index does not know it exists"
+
+
+def _file_name(path: Path | str) -> str:
+    return str(path).rpartition("/")[2]
 
 
 def _scan_shard(
-    path: Path, *, nvfp4: bool | None, include: tuple[str, ...], read_values: bool, plan_to: Layout | None
+    file: Any,
+    *,
+    source: ShardSource,
+    nvfp4: bool | None,
+    include: tuple[str, ...],
+    read_values: bool,
+    plan_to: Layout | None,
+    diagnose: bool,
+    scheme: Scheme | None,
 ) -> ShardScan:
-    header = read_header(path)
+    header = source.read_header(file)
     names = header.names
-    tensors = _digest(names, [path.name] * len(names))
+    tensors = _digest(names, [_file_name(header.path)] * len(names))
     if nvfp4 is None:  # a lone file without a config: NVFP4 if it has global scales
         nvfp4 = any(map(is_global_scale, names))
     indices = [i for i, name in enumerate(names) if nvfp4 and is_global_scale(name)]
     if include:
         indices = sorted({*indices, *(i for i, name in enumerate(names) if _included(name, include))})
     _check_single_values(header, indices)
+    scale_names = [names[i] for i in indices]
+    shapes = [header.shapes[i] for i in indices]
+    values = source.read_values(header, indices) if read_values else [None] * len(indices)
+    diagnosis = ShardDiagnosis([], {}, {})
+    if diagnose:
+        diagnosis = diagnose_shard(header, (scale_names, shapes, values), scheme, modules=nvfp4)
     return ShardScan(
-        path=path,
-        names=[names[i] for i in indices],
+        path=header.path,
+        names=scale_names,
         dtypes=[header.dtypes[i] for i in indices],
-        shapes=[header.shapes[i] for i in indices],
-        values=_read_values(header, indices) if read_values else [None] * len(indices),
+        shapes=shapes,
+        values=values,
         edit=plan_header_edit(header, indices, plan_to) if plan_to else None,
         tensors=tensors,
+        diagnosis=diagnosis,
     )
 
 
 _T = TypeVar("_T")
 
 
-def _map_shards(job: Callable[[Path], _T], paths: list[Path], close_in_workers: Sequence[int]) -> list[_T]:
-    """Run ``job`` on every shard: in forked worker processes when that pays, else here.
+def _map_shards(
+    job: Callable[[Any], _T], paths: list[Any], close_in_workers: Sequence[int], *, threads: bool = False
+) -> list[_T]:
+    """Run ``job`` on every shard: in threads for a remote source, in forked worker processes when that pays,
+    else here.
 
     Forking is only safe in a process with one thread, so a threaded caller
     gets the sequential path.
     """
+    if threads:
+        with ThreadPoolExecutor(max_workers=REMOTE_REQUESTS) as pool:
+            return list(pool.map(job, paths))
     workers = min(os.cpu_count() or 1, 8)
     if len(paths) < PARALLEL_MIN_SHARDS or workers < 2 or threading.active_count() > 1:
         return [job(p) for p in paths]
@@ -322,19 +412,29 @@ def _check_single_values(header: SafetensorsHeader, indices: list[int]) -> None:
     raise CheckpointError(header.path, problem, header.names[i])
 
 
-def _read_values(header: SafetensorsHeader, indices: list[int]) -> list[float | None]:
-    if not indices:
-        return []
-    values: list[float | None] = []
-    with open(header.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        base = header.data_start
-        for i in indices:
-            dtype, begin = header.dtypes[i], base + header.begins[i]
-            decode = _DECODERS.get(dtype)
-            if decode is not None:
-                values.append(decode(data, begin)[0])
-            elif dtype == "BF16":
-                values.append(struct.unpack("<f", b"\0\0" + data[begin : begin + 2])[0])
-            else:
-                values.append(None)
-    return values
+def decode_scale(dtype: str, data: Any, offset: int) -> float | None:
+    """The value of a one-element tensor of ``dtype`` at ``offset`` in ``data``; None for a dtype we do not read."""
+    decode = _DECODERS.get(dtype)
+    if decode is not None:
+        return decode(data, offset)[0]
+    if dtype == "BF16":
+        return struct.unpack("<f", b"\0\0" + data[offset : offset + 2])[0]
+    return None
+
+
+class _LocalFiles:
+    """Shards on this machine: headers read from the file, values from its mapping."""
+
+    threads = False
+    read_header = staticmethod(read_header)
+
+    @staticmethod
+    def read_values(header: SafetensorsHeader, indices: list[int]) -> list[float | None]:
+        if not indices:
+            return []
+        with open(header.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            base = header.data_start
+            return [decode_scale(header.dtypes[i], data, base + header.begins[i]) for i in indices]
+
+
+LOCAL_FILES: ShardSource = _LocalFiles()

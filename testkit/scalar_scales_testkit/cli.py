@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -94,9 +95,17 @@ def no_process_left(checkpoint: Path, grace: float = 5.0) -> bool:
     return True
 
 
-def run_cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+def run_cli(*args: str | Path, env: dict[str, str | None] | None = None) -> subprocess.CompletedProcess[str]:
+    """``scalar-scales ARGS`` in a new process; ``env`` adds to (or, with None values, removes from) the environment."""
+    environment = None
+    if env is not None:
+        environment = {key: value for key, value in {**os.environ, **env}.items() if value is not None}
     return subprocess.run(
-        [sys.executable, "-m", "scalar_scales", *map(str, args)], capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "scalar_scales", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=environment,
     )
 
 

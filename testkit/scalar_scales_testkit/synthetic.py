@@ -24,6 +24,7 @@ __all__ = ["V4_FLASH", "nvfp4_checkpoint_config", "write_synthetic_checkpoint"]
 
 V4_FLASH = {"layers": 43, "experts": 256, "shards": 46}
 PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
+FUSED = ("gate_proj", "up_proj")
 GROUP = 16
 
 
@@ -35,8 +36,13 @@ def write_synthetic_checkpoint(
     experts: int = V4_FLASH["experts"],
     shards: int = V4_FLASH["shards"],
     seed: int = 0,
+    sparse: bool = False,
 ) -> Path:
-    """Write the checkpoint into ``directory`` (created) and return it."""
+    """Write the checkpoint into ``directory`` (created) and return it.
+
+    ``sparse``: leave the packed weights and group scales as holes (zeros
+    that take no disk space), for checks that read only headers and scales.
+    """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     projections = [
@@ -49,13 +55,14 @@ def write_synthetic_checkpoint(
     rng = random.Random(seed)
     per_shard = -(-len(projections) // shards)
     weight_map: dict[str, str] = {}
+    expert_scales: dict[str, tuple[float, float]] = {}
     total = 0
     for index in range(shards):
         members = projections[index * per_shard : (index + 1) * per_shard]
         if not members:
             break
         name = f"model-{index + 1:05d}-of-{shards:05d}.safetensors"
-        size, tensors = _write_shard(directory / name, members, rows, packed_cols, rng)
+        size, tensors = _write_shard(directory / name, members, rows, packed_cols, rng, expert_scales, sparse)
         total += size
         weight_map.update(dict.fromkeys(tensors, name))
     (directory / INDEX_NAME).write_text(
@@ -73,7 +80,13 @@ def _packed_shape(data_bytes: int, count: int) -> tuple[int, int]:
 
 
 def _write_shard(
-    path: Path, members: list[str], rows: int, packed_cols: int, rng: random.Random
+    path: Path,
+    members: list[str],
+    rows: int,
+    packed_cols: int,
+    rng: random.Random,
+    expert_scales: dict[str, tuple[float, float]],
+    sparse: bool,
 ) -> tuple[int, list[str]]:
     """Write one shard; return its data size and the names of its tensors."""
     entries: dict[str, dict[str, object]] = {}
@@ -85,11 +98,16 @@ def _write_shard(
         entries[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
         offset += size
 
-    # The reference writer orders by dtype alignment first, so the F32 scales lead.
+    # The reference writer orders by dtype alignment first, so the F32 scales lead. As llm-compressor writes
+    # them, an expert's gate and up projections share their weight global scale (vLLM fuses them) and, seeing
+    # the same input, their input global scale.
     for member in members:
-        for suffix in ("input_global_scale", "weight_global_scale"):
+        expert, _, projection = member.rpartition(".")
+        fresh = (rng.uniform(100.0, 50000.0), rng.uniform(100.0, 50000.0))
+        shared = expert_scales.setdefault(expert, fresh) if projection in FUSED else fresh
+        for suffix, value in zip(("input_global_scale", "weight_global_scale"), shared, strict=True):
             add(f"{member}.{suffix}", "F32", [1], 4)
-            scale_values.append(rng.uniform(100.0, 50000.0))
+            scale_values.append(value)
     for member in members:
         add(f"{member}.weight_packed", "U8", [rows, packed_cols], rows * packed_cols)
         add(f"{member}.weight_scale", "F8_E4M3", [rows, packed_cols * 2 // GROUP], rows * packed_cols * 2 // GROUP)
@@ -100,6 +118,9 @@ def _write_shard(
         f.write(struct.pack("<Q", len(header)) + header)
         f.write(struct.pack(f"<{len(scale_values)}f", *scale_values))
         remaining = offset - 4 * len(scale_values)
+        if sparse:
+            f.truncate(f.tell() + remaining)
+            remaining = 0
         while remaining > 0:
             chunk = block[: min(len(block), remaining)]
             f.write(chunk)

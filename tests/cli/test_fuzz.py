@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import struct
 
 from hypothesis import HealthCheck, given, settings
@@ -60,3 +61,61 @@ def test_arbitrary_json_headers(tmp_path, document, data, compact):
     encoded = json.dumps(document, separators=(",", ":") if compact else None).encode()
     encoded += b" " * (-len(encoded) % 8)
     read(tmp_path, struct.pack("<Q", len(encoded)) + encoded + data)
+
+
+MODULES = [f"model.layers.0.{m}" for m in ("mlp.experts.0.gate_proj", "mlp.experts.0.up_proj", "self_attn.q_proj")]
+LEAVES = ("weight_packed", "weight_scale", "weight_global_scale", "input_global_scale", "weight")
+tensors = st.dictionaries(
+    st.tuples(st.sampled_from(MODULES), st.sampled_from(LEAVES)).map(".".join),
+    st.tuples(
+        st.sampled_from(["U8", "I8", "F8_E4M3", "F8_E5M2", "F32", "F16", "BF16", "F64"]),
+        st.lists(st.integers(0, 4), max_size=3),
+        st.floats(width=32),
+    ),
+    max_size=10,
+)
+groups = st.dictionaries(
+    st.text(max_size=4),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "targets": st.lists(st.sampled_from(["Linear", "re:.*q_proj", "re:[", "re:.*experts.*"])) | json_values,
+            "weights": st.fixed_dictionaries({}, optional={"group_size": st.sampled_from([16, 32, 0, "16"])})
+            | json_values,
+            "input_activations": st.none() | st.just({"num_bits": 4}) | json_values,
+            "format": st.just("nvfp4-pack-quantized"),
+        },
+    ),
+    max_size=3,
+)
+
+
+@SETTINGS
+@given(tensors=tensors, groups=groups, version=st.sampled_from([None, 1, 2]))
+def test_every_rule_on_arbitrary_nvfp4_modules_gives_findings_or_the_tools_own_error(
+    tmp_path, tensors, groups, version
+):
+    from scalar_scales.safetensors_header import DTYPE_BITS
+    from scalar_scales.scan import scan_checkpoint
+
+    entries, data, offset = {}, b"", 0
+    for name, (dtype, shape, value) in tensors.items():
+        shape = [] if name.endswith("_global_scale") and len(shape) > 1 else shape
+        size = DTYPE_BITS[dtype] * math.prod(shape) // 8
+        chunk = (struct.pack("<f", value) if dtype == "F32" else b"\1") * size
+        entries[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
+        data, offset = data + chunk[:size], offset + size
+    folder = tmp_path / "ckpt"
+    folder.mkdir(exist_ok=True)
+    encoded = json.dumps(entries, separators=(",", ":")).encode()
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(encoded)) + encoded + data)
+    quantization = {"format": "nvfp4-pack-quantized", "config_groups": groups}
+    if version is not None:
+        quantization["format_version"] = version
+    (folder / "config.json").write_text(json.dumps({"quantization_config": quantization}))
+    try:
+        findings = scan_checkpoint(folder, diagnose=True).findings
+    except CheckpointError as error:
+        assert "\n" not in str(error)
+        return
+    assert all(finding.message and "\n" not in finding.message for finding in findings)

@@ -332,7 +332,7 @@ def test_9_check_json_is_strict_json_with_non_finite_values_as_strings(checkpoin
     def refuse(constant: str) -> None:
         raise ValueError(f"{constant} is not JSON")
 
-    result = run_cli("check", checkpoint, "--json")
+    result = run_cli("check", checkpoint, "--json", "--list")
     document = json.loads(result.stdout, parse_constant=refuse)
     values = [scale["value"] for scale in document["scales"] if scale["file"] == str(shard)][:3]
     assert values == ["NaN", "Infinity", "-Infinity"]
@@ -341,20 +341,35 @@ def test_9_check_json_is_strict_json_with_non_finite_values_as_strings(checkpoin
 # 10. Index and shards that disagree went unnoticed.
 
 
-def test_10_a_tensor_in_the_index_but_not_in_its_shard_is_refused(checkpoint):
+def assert_migrate_refuses_and_check_reports_nv501(checkpoint: Path, shard: Path, tensor: str, problem: str) -> None:
+    """Since issue 15, an index that disagrees with its shards is a check finding (NV501), and still a migrate
+    refusal."""
+    assert_refused(checkpoint, str(shard), tensor, problem)
+    before = snapshot(checkpoint)
+    result = run_cli("check", checkpoint, "--json", "--select", "NV501")
+    assert result.returncode == 1
+    [finding] = json.loads(result.stdout)["findings"]
+    assert (finding["code"], finding["file"], finding["tensor"]) == ("NV501", str(shard), tensor)
+    assert problem in finding["message"]
+    assert snapshot(checkpoint) == before
+
+
+def test_10_a_tensor_in_the_index_but_not_in_its_shard_is_refused_by_migrate_and_reported_by_check(checkpoint):
     index_path = checkpoint / "model.safetensors.index.json"
     index = json.loads(index_path.read_text())
     index["weight_map"]["model.layers.9.mlp.experts.9.up_proj.weight_scale"] = shards(checkpoint)[0].name
     index_path.write_text(json.dumps(index))
-    assert_check_and_migrate_refuse(
-        checkpoint, str(shards(checkpoint)[0]), "model.layers.9.mlp.experts.9.up_proj.weight_scale", "not in it"
+    assert_migrate_refuses_and_check_reports_nv501(
+        checkpoint, shards(checkpoint)[0], "model.layers.9.mlp.experts.9.up_proj.weight_scale", "not in it"
     )
 
 
-def test_10_a_tensor_in_a_shard_but_not_in_the_index_is_refused(checkpoint):
+def test_10_a_tensor_in_a_shard_but_not_in_the_index_is_refused_by_migrate_and_reported_by_check(checkpoint):
     index_path = checkpoint / "model.safetensors.index.json"
     index = json.loads(index_path.read_text())
     name = next(n for n, f in index["weight_map"].items() if f == shards(checkpoint)[1].name)
     del index["weight_map"][name]
     index_path.write_text(json.dumps(index))
-    assert_check_and_migrate_refuse(checkpoint, str(shards(checkpoint)[1]), name, "not in model.safetensors.index.json")
+    assert_migrate_refuses_and_check_reports_nv501(
+        checkpoint, shards(checkpoint)[1], name, "not in model.safetensors.index.json"
+    )

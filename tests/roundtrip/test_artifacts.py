@@ -10,6 +10,7 @@ import json
 
 from scalar_scales.checkpoint import CONFIG_NAME, declaration, is_global_scale, read_config
 from scalar_scales_testkit.checkpoints import described, quantization_config, tensor_bytes, tensor_entries
+from scalar_scales_testkit.cli import run_cli
 from scalar_scales_testkit.roundtrip import MIGRATED, Result
 
 LAYOUT = {"legacy": ("(1,)", 1), "format2": ("()", 2), "legacy-migrated": ("()", 2), "format2-to-legacy": ("(1,)", 1)}
@@ -39,3 +40,14 @@ def test_every_producer_writes_the_same_tensors(across_producers):
     assert others, "the round trip needs artifacts from more than one producer"
     for other in others:
         assert (described(other.path), tensor_bytes(other.path)) == (described(first.path), tensor_bytes(first.path))
+
+
+def test_check_finds_only_the_legacy_layout_in_what_llm_compressor_writes(artifact):
+    """Real oneshot artifacts hold no false positive: fused partners share their scales (llm-compressor fuses
+    them), values are compressed-tensors' convention, shapes and dtypes fit. Only the layout differs by form."""
+    result = run_cli("check", artifact.path, "--json")
+    counts = json.loads(result.stdout)["summary"]["counts"]
+    if LAYOUT[artifact.form][0] == "(1,)":
+        assert set(counts) == {"NV101"} and result.returncode == 1, result.stdout[:2000]
+    else:
+        assert counts == {} and result.returncode == 0, result.stdout[:2000]

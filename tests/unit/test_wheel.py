@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -72,3 +73,23 @@ def test_every_module_of_the_base_package_imports_in_a_venv_without_torch(clean_
 def test_the_installed_command_runs_in_a_venv_without_torch(clean_venv):
     result = subprocess.run([clean_venv / "bin" / "scalar-scales", "--version"], capture_output=True, text=True)
     assert result.returncode == 0 and result.stdout.startswith("scalar-scales "), result.stderr
+
+
+def test_a_hub_check_without_the_hub_extra_says_how_to_install_it(clean_venv):
+    result = subprocess.run(
+        [clean_venv / "bin" / "scalar-scales", "check", "hf://org/model"], capture_output=True, text=True
+    )
+    assert result.returncode == 2
+    assert result.stderr == (
+        "scalar-scales: error: hf://org/model: checking a Hub repository needs huggingface_hub: "
+        "pip install 'scalar-scales[hub]'\n"
+    )
+
+
+def test_the_base_install_has_no_dependency_and_the_hub_extra_only_huggingface_hub(clean_venv):
+    python = clean_venv / "bin" / "python"
+    code = "import json; from importlib import metadata; print(json.dumps(metadata.requires('scalar-scales')))"
+    result = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True)
+    requirements = [r.replace(" ", "") for r in json.loads(result.stdout)]
+    assert all(";extra==" in r for r in requirements)
+    assert [r.split(";")[0] for r in requirements if r.endswith('extra=="hub"')] == ["huggingface_hub>=1.0"]

@@ -1,0 +1,159 @@
+"""What ``scalar-scales check`` prints: findings grouped by rule, ruff's way, or one JSON document.
+
+A checkpoint the size of DeepSeek-V4-Flash can have a finding for each of
+its 66,048 scales, so the text shows the first few of each rule and says
+how many more there are; ``--show-all`` and ``--json`` give every one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Protocol
+
+from scalar_scales.rules import RULES, Finding
+from scalar_scales.scan import CheckpointScan
+
+__all__ = ["SHOWN_PER_RULE", "CheckReport", "json_number"]
+
+SHOWN_PER_RULE = 5
+
+
+class FetchCounter(Protocol):
+    """A remote source's account of what it read."""
+
+    bytes_fetched: int
+    file_sizes: dict[str, int]
+
+
+@dataclass
+class CheckReport:
+    scan: CheckpointScan
+    codes: frozenset[str] = frozenset(RULES)
+    """The rules selected (``--select``, ``--ignore``)."""
+    strict: bool = False
+    fetched: FetchCounter | None = None
+
+    @cached_property
+    def findings(self) -> list[Finding]:
+        return [finding for finding in self.scan.findings if finding.code in self.codes]
+
+    @cached_property
+    def counts(self) -> Counter[str]:
+        return Counter(finding.code for finding in self.findings)
+
+    @property
+    def errors(self) -> int:
+        return sum(n for code, n in self.counts.items() if RULES[code].severity == "error")
+
+    @property
+    def warnings(self) -> int:
+        return sum(n for code, n in self.counts.items() if RULES[code].severity == "warning")
+
+    @property
+    def fetched_share(self) -> float:
+        """Of the bytes of the files read from, the percentage fetched."""
+        assert self.fetched is not None
+        total = sum(self.fetched.file_sizes.values())
+        return 100 * self.fetched.bytes_fetched / total if total else 0.0
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.errors or (self.strict and self.warnings) else 0
+
+    def heading(self) -> str:
+        scan = self.scan
+        declared = scan.declared_format_version
+        marker = "no config.json" if declared is None else f"format_version {declared}"
+        legacy = scan.legacy_count
+        return (
+            f"{scan.checkpoint.root}: {len(scan.shards)} shard(s), {scan.quantization_format or 'unknown format'}, "
+            f"{marker}, {scan.scale_count} global scales ({legacy} (1,), {scan.scale_count - legacy} 0-D)"
+        )
+
+    def summary(self) -> str:
+        if not self.findings:
+            line = f"All checks passed: no finding from {len(self.codes)} rules."
+        else:
+            by_code = ", ".join(f"{code} {n}" for code, n in sorted(self.counts.items()))
+            line = f"Found {len(self.findings)}: {self.errors} errors, {self.warnings} warnings ({by_code})."
+        if self.fetched is not None:
+            total = sum(self.fetched.file_sizes.values())
+            line += f" Fetched {self.fetched.bytes_fetched} of the files' {total} bytes ({self.fetched_share:.3g}%)."
+        return line
+
+    def lines(self, *, show_all: bool = False, with_scales: bool = False) -> list[str]:
+        lines = [self.heading()]
+        if with_scales:
+            lines += [f"{s.layout:<7}{str(list(s.shape)):<5}{s.name} = {s.value!r}" for s in self.scan.scales]
+        groups: dict[str, list[Finding]] = {}
+        for finding in self.findings:
+            groups.setdefault(finding.code, []).append(finding)
+        for code in sorted(groups):
+            rule, members = RULES[code], groups[code]
+            fix = f"; fix: {rule.fix} {self.scan.checkpoint.root}" if rule.fix else ""
+            lines.append(f"{code} {rule.name} ({rule.severity}): {len(members)} x {rule.summary}{fix}")
+            shown = members if show_all else members[:SHOWN_PER_RULE]
+            lines += [f"  {code} {_where(finding)}: {finding.message}" for finding in shown]
+            if len(shown) < len(members):
+                lines.append(f"  ... and {len(members) - len(shown)} more {code} (--show-all or --json lists them)")
+        lines.append(self.summary())
+        return lines
+
+    def document(self, *, with_scales: bool = False) -> dict[str, Any]:
+        scan = self.scan
+        document: dict[str, Any] = {
+            "findings": [
+                {
+                    "code": f.code,
+                    "severity": f.severity,
+                    "tensor": f.tensor,
+                    "file": f.file,
+                    "message": f.message,
+                }
+                for f in self.findings
+            ],
+            "summary": {
+                "checkpoint": str(scan.checkpoint.root),
+                "shards": len(scan.shards),
+                "quantization_format": scan.quantization_format,
+                "format_version": scan.declared_format_version,
+                "scales": scan.scale_count,
+                "legacy": scan.legacy_count,
+                "scalar": scan.scale_count - scan.legacy_count,
+                "errors": self.errors,
+                "warnings": self.warnings,
+                "counts": dict(sorted(self.counts.items())),
+                "exit_code": self.exit_code,
+                "bytes_fetched": None if self.fetched is None else self.fetched.bytes_fetched,
+                "bytes_total": None if self.fetched is None else sum(self.fetched.file_sizes.values()),
+            },
+        }
+        if with_scales:
+            document["scales"] = [
+                {
+                    "name": scale.name,
+                    "file": str(scale.file),
+                    "dtype": scale.dtype,
+                    "shape": list(scale.shape),
+                    "layout": scale.layout,
+                    "value": json_number(scale.value),
+                }
+                for scale in scan.scales
+            ]
+        return document
+
+
+def _where(finding: Finding) -> str:
+    file = finding.file.rpartition("/")[2]
+    return f"{file}: {finding.tensor}" if finding.tensor else file
+
+
+def json_number(value: float | None) -> float | str | None:
+    """A scale value as strict JSON (RFC 8259) allows it: NaN and the infinities, which it has no literal for,
+    as the strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"``."""
+    if value is None or math.isfinite(value):
+        return value
+    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")

@@ -1,0 +1,166 @@
+"""A local stand-in for the Hugging Face Hub: serves checkpoint folders the way its endpoints do.
+
+- ``GET /api/models/ORG/NAME`` and ``/api/models/ORG/NAME/revision/REV``:
+  model info, with ``siblings`` listing the repository's files.
+- ``GET /ORG/NAME/resolve/REV/FILE``: the file; range requests answered
+  206 with ``Content-Range``, as the Hub's storage does. Large files
+  (``.safetensors``) are redirected (302) to a storage address first, as
+  the Hub does for LFS files.
+- Errors carry the Hub's ``X-Error-Code`` (``RepoNotFound``,
+  ``RevisionNotFound``, ``EntryNotFound``), which ``huggingface_hub`` maps
+  to its exceptions. A private repository answers 401 without the right
+  bearer token.
+
+It listens on 127.0.0.1 in a thread of the test process and counts every
+body byte it sends for a file, so a test can hold the client's own count
+against it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import unquote
+
+__all__ = ["HubRepository", "ServedBytes", "serve_hub"]
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+@dataclass
+class HubRepository:
+    """A repository: its files' folder for each revision (``main`` at least), and its token if private."""
+
+    revisions: dict[str, Path]
+    token: str | None = None
+    ranges: bool = True
+    """False: answer range requests with the whole file (200), as a server without range support does."""
+
+
+@dataclass
+class ServedBytes:
+    """What the server sent: file body bytes, and each request's path and Range header."""
+
+    file_bytes: int = 0
+    requests: list[tuple[str, str | None]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_RESOLVE = re.compile(r"/(?P<repo>[^/]+/[^/]+)/resolve/(?P<revision>[^/]+)/(?P<file>.+)")
+_STORAGE = re.compile(r"/storage/(?P<repo>[^/]+/[^/]+)/(?P<revision>[^/]+)/(?P<file>.+)")
+_MODEL_INFO = re.compile(r"/api/models/(?P<repo>[^/]+/[^/]+?)(?:/revision/(?P<revision>[^/]+))?")
+
+
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that hangs up mid-reply (it refused a whole file) is expected; anything else is a bug."""
+        error = sys.exc_info()[1]
+        if not isinstance(error, ConnectionError):
+            super().handle_error(request, client_address)
+
+
+@contextmanager
+def serve_hub(repositories: dict[str, HubRepository]) -> Iterator[tuple[str, ServedBytes]]:
+    """Serve ``repositories`` (by ``ORG/NAME``) until the block ends; yield the endpoint and the byte count."""
+    served = ServedBytes()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            with served.lock:
+                served.requests.append((path, self.headers.get("Range")))
+            if match := _MODEL_INFO.fullmatch(path):
+                self._model_info(match["repo"], unquote(match["revision"] or "main"))
+            elif match := _RESOLVE.fullmatch(path):
+                self._resolve(match["repo"], unquote(match["revision"]), unquote(match["file"]), redirect=True)
+            elif match := _STORAGE.fullmatch(path):
+                self._resolve(match["repo"], unquote(match["revision"]), unquote(match["file"]), redirect=False)
+            else:
+                self._error(404, "RepoNotFound", "no such endpoint")
+
+        def _repository(self, repo: str, revision: str) -> Path | None:
+            repository = repositories.get(repo)
+            if repository is None:
+                self._error(404, "RepoNotFound", f"Repository {repo} not found")
+                return None
+            if repository.token and self.headers.get("Authorization") != f"Bearer {repository.token}":
+                self._error(401, "RepoNotFound", "Invalid username or password.")
+                return None
+            if revision not in repository.revisions:
+                self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
+                return None
+            return repository.revisions[revision]
+
+        def _model_info(self, repo: str, revision: str) -> None:
+            folder = self._repository(repo, revision)
+            if folder is None:
+                return
+            siblings = [{"rfilename": p.name} for p in sorted(folder.iterdir()) if p.is_file()]
+            body = json.dumps({"id": repo, "modelId": repo, "sha": COMMIT, "private": False, "siblings": siblings})
+            self._send(200, body.encode(), {"Content-Type": "application/json"})
+
+        def _resolve(self, repo: str, revision: str, name: str, *, redirect: bool) -> None:
+            folder = self._repository(repo, revision) if redirect else repositories[repo].revisions[revision]
+            if folder is None:
+                return
+            file = folder / name
+            if not file.is_file():
+                self._error(404, "EntryNotFound", f"{name} does not exist on {revision}")
+                return
+            if redirect and name.endswith(".safetensors"):
+                self.send_response(302)
+                self.send_header("Location", f"/storage/{repo}/{revision}/{name}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            size = file.stat().st_size
+            spec = self.headers.get("Range") if repositories[repo].ranges else None
+            if spec is None:
+                self._send(200, file.read_bytes(), {}, count=True)
+                return
+            match = re.fullmatch(r"bytes=(\d+)-(\d+)", spec)
+            assert match, f"unexpected Range {spec!r}"
+            first, last = int(match[1]), min(int(match[2]), size - 1)
+            if first >= size:
+                self._send(416, b"", {"Content-Range": f"bytes */{size}"})
+                return
+            with open(file, "rb") as f:
+                f.seek(first)
+                body = f.read(last - first + 1)
+            self._send(206, body, {"Content-Range": f"bytes {first}-{last}/{size}"}, count=True)
+
+        def _error(self, status: int, code: str, message: str) -> None:
+            body = json.dumps({"error": message}).encode()
+            self._send(status, body, {"X-Error-Code": code, "X-Error-Message": message})
+
+        def _send(self, status: int, body: bytes, headers: dict[str, str], count: bool = False) -> None:
+            self.send_response(status)
+            for key, value in {"Content-Length": str(len(body)), "Accept-Ranges": "bytes", **headers}.items():
+                self.send_header(key, value)
+            self.end_headers()
+            self.wfile.write(body)
+            if count:
+                with served.lock:
+                    served.file_bytes += len(body)
+
+    server = _QuietServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", served
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
