@@ -194,25 +194,19 @@ def diagnose_shard(
 def _module_checks(
     header: SafetensorsHeader, file: str, scheme: Scheme | None, open_modules: dict[str, dict[str, TensorFacts]]
 ) -> list[Finding]:
-    """NV402 for every NVFP4 tensor of the shard, and :func:`_module_findings` for every module it holds whole;
-    the others go into ``open_modules``.
+    """:func:`_module_findings` for every module the shard holds whole; the others go into ``open_modules``.
 
     Worked column-wise, because a large MoE has tens of thousands of
-    modules: the few modules that are incomplete, or whose weight_scale
-    shape is off, are singled out, and only they are checked one by one.
+    modules: the few modules that are incomplete, or whose dtypes or
+    weight_scale shape are off, are singled out, and only they are checked
+    one by one.
     """
     names, dtypes, shapes = header.names, header.dtypes, header.shapes
     position = dict(zip(names, range(len(names)), strict=True))
     leaves = {leaf: _ending_with(names, "." + leaf) for leaf in NVFP4_DTYPES}
-    findings = [
-        Finding("NV402", names[i], file, _dtype_message(leaf, dtypes[i]))
-        for leaf, indices in leaves.items()
-        for i in indices
-        if dtypes[i] != NVFP4_DTYPES[leaf]
-    ]
     packed = leaves["weight_packed"]
     bases = [names[i][: -len(".weight_packed")] for i in packed]
-    members = {
+    members = {"weight_packed": packed} | {
         leaf: list(map(position.get, map(operator.add, bases, repeat("." + leaf))))
         for leaf in NVFP4_DTYPES
         if leaf != "weight_packed"
@@ -220,22 +214,28 @@ def _module_checks(
     group_size = 16 if scheme is None else scheme.group_size
     suspects = {
         k
+        for leaf, column in members.items()
+        for k, i in enumerate(column)
+        if i is not None and dtypes[i] != NVFP4_DTYPES[leaf]
+    }
+    suspects.update(
+        k
         for k, (i, scale) in enumerate(zip(packed, members["weight_scale"], strict=True))
         if scale is None or shapes[scale] != _scale_shape(shapes[i], group_size)
-    }
+    )
     suspects.update(k for k, i in enumerate(members["weight_global_scale"]) if i is None)
     if scheme is not None and scheme.input_activations is not False:
         suspects.update(k for k, i in enumerate(members["input_global_scale"]) if i is None)
     accounted = {*packed, *(i for column in members.values() for i in column if i is not None)}
     orphans = [i for leaf, indices in leaves.items() for i in indices if i not in accounted]
-    for k in suspects:
-        base = bases[k]
-        facts = {"weight_packed": (file, dtypes[packed[k]], shapes[packed[k]])}
-        facts.update((leaf, (file, dtypes[i], shapes[i])) for leaf, i in _present(members, k))
-        if _missing(base, facts, scheme):
-            open_modules[base] = facts
+    findings: list[Finding] = []
+    for k in sorted(suspects):
+        present = {leaf: column[k] for leaf, column in members.items() if column[k] is not None}
+        facts = {leaf: (file, dtypes[i], shapes[i]) for leaf, i in present.items()}
+        if _missing(bases[k], facts, scheme):
+            open_modules[bases[k]] = facts
         else:
-            findings.extend(_module_findings(base, facts, scheme))
+            findings.extend(_module_findings(bases[k], facts, scheme))
     for i in orphans:
         base, _, leaf = names[i].rpartition(".")
         open_modules.setdefault(base, {})[leaf] = (file, dtypes[i], shapes[i])
@@ -244,10 +244,6 @@ def _module_checks(
 
 def _ending_with(names: list[str], suffix: str) -> list[int]:
     return list(compress(range(len(names)), map(str.endswith, names, repeat(suffix))))
-
-
-def _present(members: dict[str, list[int | None]], k: int) -> Iterator[tuple[str, int]]:
-    return ((leaf, column[k]) for leaf, column in members.items() if column[k] is not None)
 
 
 def _scale_shape(packed: tuple[int, ...], group_size: int) -> tuple[int, ...] | None:
@@ -294,9 +290,13 @@ def _missing(base: str, facts: Mapping[str, TensorFacts], scheme: Scheme | None)
 
 
 def _module_findings(base: str, facts: Mapping[str, TensorFacts], scheme: Scheme | None) -> Iterator[Finding]:
-    """NV201, NV202 and NV401 for one module that has ``weight_packed`` (a module without one is not NVFP4)."""
+    """NV402, NV201, NV202 and NV401 for one module that has ``weight_packed`` (a module without one is not
+    NVFP4: an FP8 module's ``weight_scale`` is not ours to judge)."""
     if "weight_packed" not in facts:
         return
+    for leaf, (tensor_file, dtype, _) in facts.items():
+        if dtype != NVFP4_DTYPES[leaf]:
+            yield Finding("NV402", f"{base}.{leaf}", tensor_file, _dtype_message(leaf, dtype))
     file, _, packed = facts["weight_packed"]
     for leaf in _missing(base, facts, scheme):
         code, message = _MISSING[leaf]

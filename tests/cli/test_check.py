@@ -213,3 +213,19 @@ def test_every_rule_has_a_section_in_the_docs():
     docs = (Path(__file__).parents[2] / "docs" / "check.md").read_text()
     for code, rule in RULES.items():
         assert f"### {code} {rule.name} ({rule.severity})" in docs
+
+
+def test_an_fp8_module_beside_the_nvfp4_ones_is_not_judged_by_nvfp4_rules(clean):
+    """Mixed precision: an FP8 projection has weight and an F32 weight_scale, and no weight_packed."""
+    shard = shards(clean)[0]
+    added = {
+        "model.layers.0.self_attn.o_proj.weight": {"dtype": "F8_E4M3", "shape": [4, 16], "data": bytes(64)},
+        "model.layers.0.self_attn.o_proj.weight_scale": {"dtype": "F32", "shape": [4, 1], "data": bytes(16)},
+    }
+    rewrite_shard(shard, lambda tensors: tensors.update(added))
+    index_path = clean / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    index["weight_map"].update(dict.fromkeys(added, shard.name))
+    index_path.write_text(json.dumps(index))
+    result = run_cli("check", clean)
+    assert result.returncode == 0, result.stdout
