@@ -90,10 +90,11 @@ def calibration_dataset(*, seed: int = 0) -> Any:
 
 
 def recipe(scheme: str) -> Any:
-    """The NVFP4 preset recipe that llm-compressor's examples use for MoE models."""
+    """The NVFP4 preset recipe that llm-compressor's examples use for MoE models: routers stay unquantized
+    (vLLM builds Qwen2-MoE's ``shared_expert_gate`` without a quantization config)."""
     from llmcompressor.modifiers.quantization import QuantizationModifier
 
-    ignore = ["lm_head", "re:.*mlp.gate$", *_EXTRA_IGNORE.get(scheme, [])]
+    ignore = ["lm_head", "re:.*mlp.gate$", "re:.*mlp.shared_expert_gate$", *_EXTRA_IGNORE.get(scheme, [])]
     return QuantizationModifier(targets="Linear", scheme=scheme, ignore=ignore)
 
 

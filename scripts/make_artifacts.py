@@ -1,9 +1,11 @@
 """Write the round trip's artifacts in a producer environment, as files the other environments read.
 
-    python scripts/make_artifacts.py OUT [--bf16 DIR]
+    python scripts/make_artifacts.py OUT [--bf16 DIR | --toy NAME]
 
-OUT/bf16 is the unquantized model: the toy Qwen3-MoE, or a copy of the bf16
-checkpoint DIR (any MoE architecture llm-compressor quantizes). Each producer
+OUT/bf16 is the unquantized model: the toy Qwen3-MoE, another toy
+architecture (``--toy qwen2-moe|deepseek-v3``, scalar_scales_testkit.toys),
+or a copy of the bf16 checkpoint DIR (any MoE architecture llm-compressor
+quantizes). Each producer
 environment then writes, under OUT/ct-<compressed-tensors version>/, every
 NVFP4 preset in four forms, and producer.json (the versions that wrote them):
 
@@ -28,11 +30,13 @@ import warnings
 from importlib import metadata
 from pathlib import Path
 
+from scalar_scales_testkit.toys import TOYS, build_toy
+
 MIGRATIONS = {"legacy-migrated": ("legacy", "scalar"), "format2-to-legacy": ("format2", "legacy")}
 """Migrated form: (the form it is copied from, ``migrate --to``)."""
 
 
-def main(out: Path, bf16_source: Path | None) -> None:
+def main(out: Path, bf16_source: Path | None, toy: str | None) -> None:
     os.environ.setdefault("TQDM_DISABLE", "1")
     warnings.filterwarnings("ignore")
     import compressed_tensors
@@ -48,7 +52,9 @@ def main(out: Path, bf16_source: Path | None) -> None:
     logger.remove()
     bf16 = out / "bf16"
     if not bf16.exists():
-        if bf16_source is None:
+        if toy is not None:
+            build_toy(toy, bf16)
+        elif bf16_source is None:
             toy_moe.build_toy_checkpoint(bf16)
         else:
             shutil.copytree(bf16_source, bf16)
@@ -69,6 +75,8 @@ def main(out: Path, bf16_source: Path | None) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("out", type=Path)
-    parser.add_argument("--bf16", type=Path, help="a bf16 MoE checkpoint to quantize instead of the toy Qwen3-MoE")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--bf16", type=Path, help="a bf16 MoE checkpoint to quantize instead of the toy Qwen3-MoE")
+    source.add_argument("--toy", choices=sorted(TOYS), help="another toy architecture (scalar_scales_testkit.toys)")
     args = parser.parse_args()
-    main(args.out, args.bf16)
+    main(args.out, args.bf16, args.toy)

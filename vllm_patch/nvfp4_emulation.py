@@ -299,7 +299,16 @@ def _wrap_moe_process(process: Callable[..., None]) -> Callable[..., None]:
 
 
 def _wrap_moe_apply(apply: Callable[..., Any]) -> Callable[..., Any]:
-    """``CompressedTensorsW4A4Nvfp4MoEMethod.apply``: run the selected experts on their tokens."""
+    """``CompressedTensorsW4A4Nvfp4MoEMethod.apply``: run this rank's selected experts on their tokens.
+
+    What vLLM's modular kernel does around its experts, we do around ours:
+    shared experts are offered the same call (vLLM's runner has already run
+    them unless the kernel overlaps them, and ours does not); router weights
+    applied on the input scale the tokens first (top-1 only), and are then
+    not applied again; under expert parallelism, ``expert_map`` turns global
+    expert ids into this rank's (-1: another rank's), and vLLM's runner sums
+    the ranks' partial outputs.
+    """
 
     @functools.wraps(apply)
     def wrapper(self: Any, layer: torch.nn.Module, x: torch.Tensor, topk_weights: torch.Tensor,
@@ -307,13 +316,19 @@ def _wrap_moe_apply(apply: Callable[..., Any]) -> Callable[..., Any]:
         if not _is_emulated(self):
             return apply(self, layer, x, topk_weights, topk_ids, shared_experts, shared_experts_input)
         activation = getattr(layer.activation, "name", str(layer.activation)).lower()
-        if shared_experts is not None or layer.apply_router_weight_on_input or layer.expert_map is not None:
-            raise NotImplementedError(
-                "scalar-scales NVFP4 emulation: shared experts, router weights on the input and expert "
-                "parallelism are not emulated"
-            )
         if activation != "silu":
             raise NotImplementedError(f"scalar-scales NVFP4 emulation: MoE activation {activation} is not emulated")
+        if shared_experts is not None:
+            from vllm.model_executor.layers.fused_moe.runner.shared_experts import SharedExpertsOrder
+
+            shared_experts(shared_experts_input, SharedExpertsOrder.MK_INTERNAL_OVERLAPPED)
+        if layer.apply_router_weight_on_input:
+            if topk_ids.shape[1] != 1:
+                raise NotImplementedError("apply_router_weight_on_input is only implemented for topk=1")
+            x = x * topk_weights.to(x.dtype)
+            topk_weights = torch.ones_like(topk_weights)
+        if layer.expert_map is not None:
+            topk_ids = layer.expert_map[topk_ids]
         empty = torch.empty(0)
         return emulated_experts(
             x,
@@ -340,7 +355,8 @@ def emulated_experts(
     w2_input_global_scale: torch.Tensor,
     use_a16: bool,
 ) -> torch.Tensor:
-    """Each selected expert on its tokens (SiLU-gated), summed with the routing weights.
+    """Each selected expert on its tokens (SiLU-gated), summed with the routing weights. ``topk_ids`` are this
+    rank's expert indices; -1 marks an expert another rank computes.
 
     W4A4 fake-quantizes the gate and up inputs each with its own input global
     scale, and the down input with the expert's. A custom op, so that vLLM's
@@ -350,6 +366,8 @@ def emulated_experts(
     out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
     half = w13.shape[1] // 2
     for expert in topk_ids.unique().tolist():
+        if expert < 0:
+            continue
         tokens, slots = torch.nonzero(topk_ids == expert, as_tuple=True)
         xe = x[tokens]
         gate_up = w13[expert].to(x.dtype)

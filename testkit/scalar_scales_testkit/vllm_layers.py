@@ -14,6 +14,7 @@ import re
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -27,6 +28,8 @@ __all__ = [
     "SHARDS",
     "build_moe_layer",
     "expert_tensors",
+    "free_port",
+    "init_distributed",
     "init_single_process_distributed",
     "is_routed_experts",
     "load_into_layer",
@@ -48,18 +51,31 @@ def select_cpu_platform() -> None:
 
 
 def init_single_process_distributed() -> None:
-    from vllm.distributed import init_distributed_environment, initialize_model_parallel
     from vllm.distributed.parallel_state import model_parallel_is_initialized
 
-    if model_parallel_is_initialized():
-        return
+    if not model_parallel_is_initialized():
+        init_distributed(world_size=1, rank=0, port=free_port())
+
+
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+        return s.getsockname()[1]
+
+
+def init_distributed(*, world_size: int, rank: int, port: int) -> None:
+    """Join a gloo group of ``world_size`` processes on 127.0.0.1:``port`` as ``rank``, all of them one
+    tensor-parallel group (expert parallelism, when the vLLM config enables it, spans the same ranks)."""
+    from vllm.distributed import init_distributed_environment, initialize_model_parallel
+
     init_distributed_environment(
-        world_size=1, rank=0, local_rank=0, distributed_init_method=f"tcp://127.0.0.1:{port}", backend="gloo"
+        world_size=world_size,
+        rank=rank,
+        local_rank=rank,
+        distributed_init_method=f"tcp://127.0.0.1:{port}",
+        backend="gloo",
     )
-    initialize_model_parallel(1, 1)
+    initialize_model_parallel(world_size, 1)
 
 
 @contextlib.contextmanager
@@ -92,8 +108,9 @@ def moe_layers(artifact: Path) -> list[str]:
     return sorted({match["layer"] for name in tensor_entries(artifact) if (match := EXPERT_TENSOR.match(name))})
 
 
-def build_moe_layer(artifact: Path, prefix: str) -> torch.nn.Module:
-    """The MoE layer ``prefix`` of an artifact, sized by its config.json, with its compressed-tensors config."""
+def build_moe_layer(artifact: Path, prefix: str, vllm_config: Any = None) -> torch.nn.Module:
+    """The MoE layer ``prefix`` of an artifact, sized by its config.json, with its compressed-tensors config,
+    under ``vllm_config`` (default: a plain one, one rank)."""
     from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import (
         CompressedTensorsConfig,
@@ -108,7 +125,8 @@ def build_moe_layer(artifact: Path, prefix: str) -> torch.nn.Module:
         intermediate_size=config.get("moe_intermediate_size") or config["intermediate_size"],
         quant_config=quant_config,
     )
-    with set_current_vllm_config(VllmConfig()), vllm_patch.emulation_patches(MOE_METHOD_MODULE).applied():
+    emulation = vllm_patch.emulation_patches(MOE_METHOD_MODULE)
+    with set_current_vllm_config(vllm_config or VllmConfig()), emulation.applied():
         if is_routed_experts():
             from vllm.model_executor.layers.fused_moe.layer import FusedMoEFactory
 
@@ -123,12 +141,14 @@ def expert_tensors(artifact: Path, prefix: str) -> list[tuple[str, torch.Tensor]
     return list(checkpoint_tensors(artifact, lambda name: name.startswith(f"{prefix}.")).items())
 
 
-def loaded_value(layer: torch.nn.Module, name: str) -> torch.Tensor:
-    """Where a per-expert global scale of the checkpoint landed in the layer: w13 rows 0 (gate) and 1 (up), w2."""
+def loaded_value(layer: torch.nn.Module, name: str, local: int | None = None) -> torch.Tensor:
+    """Where a per-expert global scale of the checkpoint landed in the layer: w13 rows 0 (gate) and 1 (up), w2;
+    at the expert's index, or at ``local`` on a rank of an expert-parallel layer."""
     match = EXPERT_TENSOR.match(name)
     assert match, name
     shard = SHARDS[match["projection"]]
-    param = getattr(layer, f"{'w2' if shard == 'w2' else 'w13'}_{match['kind']}").data[int(match["expert"])]
+    index = int(match["expert"]) if local is None else local
+    param = getattr(layer, f"{'w2' if shard == 'w2' else 'w13'}_{match['kind']}").data[index]
     return param if shard == "w2" else param[0 if shard == "w1" else 1]
 
 

@@ -48,18 +48,24 @@ class Served:
     centred_logprobs: list[list[list[float]]]
 
 
-@pytest.fixture(scope="session")
-def artifact() -> Callable[[str], Path]:
-    """``artifact("NVFP4-legacy")``: one of the round trip's artifacts, written by compressed-tensors 0.19.0."""
-    return lambda name: artifacts_root() / f"ct-{PRODUCER}" / name
+def toy_root(toy: str | None) -> Path:
+    """Where a toy's artifacts are: the built-in Qwen3-MoE's at the root, the others' under toys/NAME."""
+    return artifacts_root() if toy is None else artifacts_root() / "toys" / toy
 
 
 @pytest.fixture(scope="session")
-def reference() -> Callable[[str], list[list[list[float]]]]:
+def artifact() -> Callable[..., Path]:
+    """``artifact("NVFP4-legacy", toy=None)``: one of the round trip's artifacts, written by compressed-tensors
+    0.19.0; ``toy`` names another architecture (scalar_scales_testkit.toys)."""
+    return lambda name, toy=None: toy_root(toy) / f"ct-{PRODUCER}" / name
+
+
+@pytest.fixture(scope="session")
+def reference() -> Callable[..., list[list[list[float]]]]:
     """transformers + compressed-tensors logits (centred) of an artifact (scripts/reference_logits.py)."""
 
-    def load(name: str) -> list[list[list[float]]]:
-        path = artifacts_root() / "reference" / f"{PRODUCER}-{name}.json"
+    def load(name: str, toy: str | None = None) -> list[list[list[float]]]:
+        path = toy_root(toy) / "reference" / f"{PRODUCER}-{name}.json"
         document = json.loads(path.read_text())
         assert document["prompts"] == prompt_ids()
         return document["centred_logits"]
@@ -69,18 +75,35 @@ def reference() -> Callable[[str], list[list[list[float]]]]:
 
 @pytest.fixture(scope="session")
 def serve(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Served]:
-    """``serve(model, dtype=..., multiprocessing=..., compiled=..., **env)``: greedy tokens, prompt log-probs, log."""
+    """``serve(model, dtype=..., multiprocessing=..., compiled=..., tensor_parallel=..., expert_parallel=...,
+    **env)``: greedy tokens, prompt log-probs, log.
+
+    Tensor parallelism runs vLLM's multiprocess executor, a worker process
+    per rank, each bound to one of the machine's two cores.
+    """
     cache: dict[tuple[Any, ...], Served] = {}
     root = tmp_path_factory.mktemp("served")
 
     def run(
-        model: Path, *, dtype: str = "bfloat16", multiprocessing: bool = False, compiled: bool = False, **env: str
+        model: Path,
+        *,
+        dtype: str = "bfloat16",
+        multiprocessing: bool = False,
+        compiled: bool = False,
+        tensor_parallel: int = 1,
+        expert_parallel: bool = False,
+        **env: str,
     ) -> Served:
-        key = (str(model), dtype, multiprocessing, compiled, tuple(sorted(env.items())))
+        parallel = (tensor_parallel, expert_parallel)
+        key = (str(model), dtype, multiprocessing, compiled, parallel, tuple(sorted(env.items())))
         if key not in cache:
             out = root / f"{len(cache)}.json"
             command = [sys.executable, str(SERVE), str(model), str(out), "--dtype", dtype,
-                       "--prompts", json.dumps(prompt_ids()), *(["--compiled"] if compiled else [])]
+                       "--prompts", json.dumps(prompt_ids()), "--tensor-parallel-size", str(tensor_parallel),
+                       *(["--compiled"] if compiled else []), *(["--expert-parallel"] if expert_parallel else [])]
+            if tensor_parallel > 1:
+                multiprocessing = True
+                env = {"VLLM_CPU_OMP_THREADS_BIND": "|".join(map(str, range(tensor_parallel))), **env}
             environment = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1" if multiprocessing else "0", **env}
             result = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=600)
             produced = json.loads(out.read_text()) if result.returncode == 0 else {}
@@ -94,3 +117,18 @@ def serve(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Served]:
         return cache[key]
 
     return run
+
+
+@pytest.fixture(scope="session")
+def cosines() -> Callable[[Served, Served | list[list[list[float]]]], Any]:
+    """``cosines(served, other)``: the cosine per prompt position between vLLM's centred logits and another
+    run's, or a reference's. vLLM's first row is position 1 (the log-probability of the second token, from the
+    logits at position 0), so a reference's rows are taken without its last."""
+    import torch
+
+    def compare(served: Served, other: Served | list[list[list[float]]]) -> torch.Tensor:
+        ours = torch.tensor(served.centred_logprobs)
+        theirs = torch.tensor(other.centred_logprobs) if isinstance(other, Served) else torch.tensor(other)[:, :-1]
+        return torch.nn.functional.cosine_similarity(ours, theirs, dim=-1)
+
+    return compare

@@ -1,6 +1,11 @@
 """Serve one checkpoint with ``vllm.LLM`` and write what it produced as JSON (run as a script by the tests).
 
     python serve_artifact.py MODEL OUT.json --dtype bfloat16 --prompts '[[5, 6, 7], ...]' --max-tokens 16
+        [--compiled] [--tensor-parallel-size 2 [--expert-parallel]]
+
+With a tensor-parallel size above 1, vLLM's own distributed engine runs: the
+multiprocess executor, one worker process per rank, the ranks talking over
+gloo and shared memory (set VLLM_CPU_OMP_THREADS_BIND, e.g. "0|1").
 
 Writes this process's id, the greedy token ids of each prompt and, per prompt position after
 the first, the centred prompt log-probabilities over the whole vocabulary
@@ -27,7 +32,16 @@ def main() -> None:
     parser.add_argument("--prompts", required=True)
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--compiled", action="store_true", help="let vLLM compile the model (default: eager)")
+    parser.add_argument("--tensor-parallel-size", type=int, default=1)
+    parser.add_argument("--expert-parallel", action="store_true", help="vLLM's enable_expert_parallel")
     args = parser.parse_args()
+    parallel = {}
+    if args.tensor_parallel_size > 1:
+        parallel = dict(
+            tensor_parallel_size=args.tensor_parallel_size,
+            distributed_executor_backend="mp",
+            enable_expert_parallel=args.expert_parallel,
+        )
 
     from vllm import LLM, SamplingParams
 
@@ -40,6 +54,7 @@ def main() -> None:
         enforce_eager=not args.compiled,
         kv_cache_memory_bytes=KV_CACHE_BYTES,
         max_logprobs=-1,
+        **parallel,
     )
     vocab = llm.llm_engine.model_config.get_vocab_size()
     params = SamplingParams(max_tokens=args.max_tokens, temperature=0.0, prompt_logprobs=vocab)

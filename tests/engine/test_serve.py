@@ -6,20 +6,11 @@ import re
 import shutil
 
 import pytest
-import torch
 from safetensors.torch import load_file, save_file
 
 SERVED = ("NVFP4-legacy", "NVFP4-format2", "NVFP4-legacy-migrated", "NVFP4A16-legacy")
 MIN_COSINE = 0.99
 EMULATING = "scalar-scales: vLLM has no NVFP4 kernel on the CPU; emulating NVFP4"
-
-
-def position_cosines(served, reference) -> torch.Tensor:
-    """Cosine per prompt position between vLLM's and the reference's centred logits (vLLM's first row is
-    position 1: the log-probability of the second token, from the logits at position 0)."""
-    ours = torch.tensor(served.centred_logprobs)
-    theirs = torch.tensor(reference)[:, :-1]
-    return torch.nn.functional.cosine_similarity(ours, theirs, dim=-1)
 
 
 @pytest.mark.parametrize("name", SERVED)
@@ -46,12 +37,12 @@ def test_greedy_tokens_are_not_degenerate(serve, artifact):
 
 
 @pytest.mark.parametrize("name", SERVED)
-def test_logits_agree_with_transformers_and_compressed_tensors(serve, artifact, reference, name):
-    cosines = position_cosines(serve(artifact(name)), reference(name))
-    assert cosines.min().item() >= MIN_COSINE, cosines
+def test_logits_agree_with_transformers_and_compressed_tensors(serve, artifact, reference, cosines, name):
+    found = cosines(serve(artifact(name)), reference(name))
+    assert found.min().item() >= MIN_COSINE, found
 
 
-def test_a_wrong_input_global_scale_changes_the_output(serve, artifact, tmp_path):
+def test_a_wrong_input_global_scale_changes_the_output(serve, artifact, cosines, tmp_path):
     """The loaded input_global_scale is used: ×4 on every one of them moves the logits measurably."""
     corrupted = shutil.copytree(artifact("NVFP4-legacy"), tmp_path / "corrupted")
     for shard in corrupted.glob("*.safetensors"):
@@ -60,10 +51,8 @@ def test_a_wrong_input_global_scale_changes_the_output(serve, artifact, tmp_path
                   metadata={"format": "pt"})
     good, bad = serve(artifact("NVFP4-legacy")), serve(corrupted)
     assert bad.returncode == 0, bad.log[-3000:]
-    cosines = torch.nn.functional.cosine_similarity(
-        torch.tensor(good.centred_logprobs), torch.tensor(bad.centred_logprobs), dim=-1
-    )
-    assert cosines.min().item() < 0.99, cosines
+    found = cosines(good, bad)
+    assert found.min().item() < 0.99, found
 
 
 def test_switched_off_vllm_refuses_nvfp4_on_the_cpu(serve, artifact):
@@ -82,9 +71,9 @@ def test_with_multiprocessing_the_plugin_emulates_in_the_worker_process(serve, a
     assert [len(tokens) for tokens in served.tokens] == [16, 16]
 
 
-def test_the_compiled_engine_serves_with_the_emulation_too(serve, artifact, reference):
+def test_the_compiled_engine_serves_with_the_emulation_too(serve, artifact, reference, cosines):
     """The emulated layers are custom ops, so vLLM's torch.compile treats each as one opaque call."""
     served = serve(artifact("NVFP4-legacy"), compiled=True)
     assert served.returncode == 0, served.log[-3000:]
     assert EMULATING in served.log
-    assert position_cosines(served, reference("NVFP4-legacy")).min().item() >= MIN_COSINE
+    assert cosines(served, reference("NVFP4-legacy")).min().item() >= MIN_COSINE
