@@ -27,9 +27,11 @@ installed next to vLLM.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 from collections.abc import Callable
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -209,7 +211,16 @@ def _emulated_linear_kernel(use_a16: bool = False) -> EmulatedNvfp4LinearKernel:
 _emulation_chosen: ContextVar[bool] = ContextVar("scalar_scales_nvfp4_emulation_chosen", default=False)
 """Set while a MoE method is built, when its backend choice fell to the emulation."""
 _EMULATED = "_scalar_scales_emulated"
-"""The mark an emulated MoE method carries: set when it is built, never inferred from what vLLM left empty."""
+"""The mark an emulated MoE method carries (an :class:`EmulatedMoE`): set when it is built, never inferred from
+what vLLM left empty."""
+
+
+@dataclass(frozen=True)
+class EmulatedMoE:
+    """What an emulated MoE method was built for. ``use_a16`` is recorded here because vLLM 0.23's method takes
+    it as an argument without keeping it."""
+
+    use_a16: bool
 
 
 def _emulation_backend(*args: Any, **kwargs: Any) -> tuple[Any, None]:
@@ -224,13 +235,17 @@ def _emulation_backend(*args: Any, **kwargs: Any) -> tuple[Any, None]:
 def _wrap_moe_init(init: Callable[..., None]) -> Callable[..., None]:
     """``CompressedTensorsW4A4Nvfp4MoEMethod.__init__``: mark the method emulated when its backend choice was ours."""
 
+    signature = inspect.signature(init)
+
     @functools.wraps(init)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> None:
         token = _emulation_chosen.set(False)
         try:
             init(self, *args, **kwargs)
             if _emulation_chosen.get():
-                setattr(self, _EMULATED, True)
+                arguments = signature.bind(self, *args, **kwargs)
+                arguments.apply_defaults()
+                setattr(self, _EMULATED, EmulatedMoE(bool(arguments.arguments["use_a16"])))
         finally:
             _emulation_chosen.reset(token)
 
@@ -264,7 +279,7 @@ class _EmulatedExperts:
 
 
 def _is_emulated(method: Any) -> bool:
-    return getattr(method, _EMULATED, False)
+    return isinstance(getattr(method, _EMULATED, None), EmulatedMoE)
 
 
 def _wrap_moe_process(process: Callable[..., None]) -> Callable[..., None]:
@@ -329,16 +344,16 @@ def _wrap_moe_apply(apply: Callable[..., Any]) -> Callable[..., Any]:
             topk_weights = torch.ones_like(topk_weights)
         if layer.expert_map is not None:
             topk_ids = layer.expert_map[topk_ids]
-        empty = torch.empty(0)
+        use_a16, empty = getattr(self, _EMULATED).use_a16, torch.empty(0)
         return emulated_experts(
             x,
             topk_weights,
             topk_ids,
             layer.w13_weight,
             layer.w2_weight,
-            empty if self.use_a16 else layer.w13_input_global_scale,
-            empty if self.use_a16 else layer.w2_input_global_scale,
-            self.use_a16,
+            empty if use_a16 else layer.w13_input_global_scale,
+            empty if use_a16 else layer.w2_input_global_scale,
+            use_a16,
         )
 
     return wrapper

@@ -66,3 +66,42 @@ def test_an_emulated_moe_method_is_marked_when_built_and_a_plain_one_is_not(lega
     emulated.__dict__.pop("_scalar_scales_emulated")
     emulated.experts_cls = None
     assert not nvfp4_emulation._is_emulated(emulated), "a missing experts class alone never means emulated"
+
+
+@pytest.fixture
+def emulated_layer(legacy_nvfp4, layer0):
+    """A real MoE layer of the toy, loaded through vLLM's weight loader and dequantized by the emulation."""
+    from scalar_scales_testkit.vllm_layers import build_moe_layer, expert_tensors, load_into_layer
+
+    layer = build_moe_layer(legacy_nvfp4, layer0)
+    load_into_layer(layer, expert_tensors(legacy_nvfp4, layer0))
+    with vllm_patch.emulation_patches(nvfp4_emulation.MOE_METHOD_MODULE).applied():
+        layer.quant_method.process_weights_after_loading(layer)
+        yield layer
+
+
+def routed(hidden: int, experts: int, top_k: int):
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(5, hidden, generator=generator).bfloat16()
+    weights = torch.rand(5, top_k, generator=generator)
+    ids = torch.randint(0, experts, (5, top_k), generator=generator, dtype=torch.int32)
+    return x, weights, ids
+
+
+def test_router_weights_on_the_input_scale_the_tokens_first_and_are_not_applied_again(emulated_layer):
+    """As vLLM's modular kernel: prepare multiplies the tokens by their top-1 weight, finalize only sums."""
+    layer, method = emulated_layer, emulated_layer.quant_method
+    x, weights, ids = routed(layer.hidden_size, layer.global_num_experts, top_k=1)
+    weighted_after = method.apply(layer, x, weights, ids, None, None)
+    layer.apply_router_weight_on_input = True
+    on_input = method.apply(layer, x, weights, ids, None, None)
+    assert torch.equal(on_input, method.apply(layer, x * weights.bfloat16(), torch.ones_like(weights), ids, None, None))
+    assert not torch.equal(on_input, weighted_after)
+
+
+def test_router_weights_on_the_input_need_a_single_expert_per_token(emulated_layer):
+    layer = emulated_layer
+    layer.apply_router_weight_on_input = True
+    x, weights, ids = routed(layer.hidden_size, layer.global_num_experts, top_k=2)
+    with pytest.raises(NotImplementedError, match="only implemented for topk=1"):
+        layer.quant_method.apply(layer, x, weights, ids, None, None)
