@@ -4,7 +4,8 @@
 
 ARTIFACTS is a folder from scripts/make_artifacts.py (bf16/ and
 ct-<version>/NVFP4-legacy, NVFP4A16-legacy). Run it in the serving
-environment. Each measurement is a fresh process, as a server would be:
+environment. NVFP4 is also served with tensor parallelism 2 (vLLM's
+multiprocess executor, a worker per core). Each measurement is a fresh process, as a server would be:
 engine start-up (the ``vllm.LLM`` constructor, after imports) and decode
 throughput (4 prompts, greedy, ``--tokens`` new tokens each, EOS ignored).
 Rounds rotate the order of the models; figures are medians, and ratios are
@@ -29,13 +30,16 @@ from pathlib import Path
 PROMPTS = [[5 + i, 6 + i, 7 + i, 8 + i] for i in range(4)]
 
 
-def one(model: str, dtype: str, tokens: int) -> dict[str, float]:
+def one(model: str, dtype: str, tokens: int, tensor_parallel: int) -> dict[str, float]:
     """Start an engine and decode; runs in its own process."""
     from vllm import LLM, SamplingParams
 
+    parallel = {}
+    if tensor_parallel > 1:
+        parallel = {"tensor_parallel_size": tensor_parallel, "distributed_executor_backend": "mp"}
     start = time.perf_counter()
     llm = LLM(model=model, dtype=dtype, max_model_len=256, max_num_seqs=4, enforce_eager=True,
-              kv_cache_memory_bytes=64 << 20)
+              kv_cache_memory_bytes=64 << 20, **parallel)
     started = time.perf_counter() - start
     params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
     llm.generate([{"prompt_token_ids": p} for p in PROMPTS], params, use_tqdm=False)  # warm-up
@@ -46,9 +50,15 @@ def one(model: str, dtype: str, tokens: int) -> dict[str, float]:
     return {"startup_s": started, "tokens_per_s": generated / elapsed}
 
 
-def measure(model: Path, dtype: str, tokens: int) -> dict[str, float]:
+def measure(model: Path, dtype: str, tokens: int, tensor_parallel: int = 1) -> dict[str, float]:
+    """One engine in a fresh process: in-process for one rank; for more, vLLM's multiprocess executor, a worker
+    per rank, each bound to its own core."""
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-    command = [sys.executable, __file__, "--one", str(model), "--dtype", dtype, "--tokens", str(tokens)]
+    if tensor_parallel > 1:
+        cores = "|".join(map(str, range(tensor_parallel)))
+        env.update(VLLM_ENABLE_V1_MULTIPROCESSING="1", VLLM_CPU_OMP_THREADS_BIND=cores)
+    command = [sys.executable, __file__, "--one", str(model), "--dtype", dtype, "--tokens", str(tokens),
+               "--tensor-parallel", str(tensor_parallel)]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     if result.returncode != 0:
         raise SystemExit(f"{model} ({dtype}) failed:\n{result.stderr[-3000:]}")
@@ -62,9 +72,10 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
+    parser.add_argument("--tensor-parallel", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(one(args.one, args.dtype, args.tokens)))
+        print(json.dumps(one(args.one, args.dtype, args.tokens, args.tensor_parallel)))
         return
 
     producer = sorted(args.artifacts.glob("ct-*"))[0]
@@ -73,18 +84,21 @@ def main() -> None:
         "NVFP4 emulated float32": (producer / "NVFP4-legacy", "float32"),
         "NVFP4A16 emulated float32": (producer / "NVFP4A16-legacy", "float32"),
         "NVFP4 emulated bf16": (producer / "NVFP4-legacy", "bfloat16"),
+        "NVFP4 emulated float32 TP=2": (producer / "NVFP4-legacy", "float32", 2),
     }
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in cases}
     names = list(cases)
     for round_ in range(args.rounds):
         for name in names[round_ % len(names):] + names[: round_ % len(names)]:
-            runs[name].append(measure(*cases[name], args.tokens))
+            model, dtype, *parallel = cases[name]
+            runs[name].append(measure(model, dtype, args.tokens, *parallel))
 
     def median(name: str, key: str) -> float:
         return statistics.median(run[key] for run in runs[name])
 
     base = "unquantized float32"
     print(f"toy Qwen3-MoE, vLLM CPU, {args.rounds} rounds, 4 prompts x {args.tokens} tokens, medians")
+    print("ratios against the unquantized model; TP=2 also against NVFP4 emulated float32 at TP=1 (below)")
     print(f"{'model':28} {'start-up s':>10} {'tokens/s':>9} {'start ratio':>11} {'tok/s ratio':>11}")
     for name in names:
         startup, rate = median(name, "startup_s"), median(name, "tokens_per_s")
@@ -92,6 +106,9 @@ def main() -> None:
             f"{name:28} {startup:10.2f} {rate:9.1f} {startup / median(base, 'startup_s'):11.2f} "
             f"{rate / median(base, 'tokens_per_s'):11.2f}"
         )
+    single, split = "NVFP4 emulated float32", "NVFP4 emulated float32 TP=2"
+    startup, rate = (median(split, key) / median(single, key) for key in ("startup_s", "tokens_per_s"))
+    print(f"TP=2 / TP=1 (NVFP4 emulated float32): start-up {startup:.2f}, tokens/s {rate:.2f}")
 
 
 if __name__ == "__main__":

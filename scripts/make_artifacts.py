@@ -3,7 +3,7 @@
     python scripts/make_artifacts.py OUT [--bf16 DIR | --toy NAME]
 
 OUT/bf16 is the unquantized model: the toy Qwen3-MoE, another toy
-architecture (``--toy qwen2-moe|deepseek-v3``, scalar_scales_testkit.toys),
+architecture (``--toy olmoe|qwen2-moe|deepseek-v3``, scalar_scales_testkit.toys),
 or a copy of the bf16 checkpoint DIR (any MoE architecture llm-compressor
 quantizes). Each producer
 environment then writes, under OUT/ct-<compressed-tensors version>/, every

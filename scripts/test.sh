@@ -11,7 +11,7 @@
 #
 # The round trip: the three producer environments write the toy MoE's artifacts
 # (scripts/make_artifacts.py), and compressed-tensors 0.19.0 those of the
-# Qwen2-MoE and DeepSeek-V3 toys, which the engine tests serve (also with
+# OLMoE, Qwen2-MoE and DeepSeek-V3 toys, which the engine tests serve (also with
 # tensor and expert parallelism); every environment loads them, as files, the way
 # users hand artifacts over; each consumer records what it saw, and
 # scripts/compatibility_matrix.py turns that into docs/compatibility.md. The
@@ -59,7 +59,7 @@ run "artifacts, compressed-tensors 0.20.0" "$CT020/bin/python" scripts/make_arti
 run "artifacts, compressed-tensors 0.20.1" "$CT0201/bin/python" scripts/make_artifacts.py "$SCALAR_SCALES_ARTIFACTS"
 run "reference logits, transformers + compressed-tensors" \
   "$PRODUCER/bin/python" scripts/reference_logits.py "$SCALAR_SCALES_ARTIFACTS"
-for toy in qwen2-moe deepseek-v3; do
+for toy in olmoe qwen2-moe deepseek-v3; do
   run "artifacts and reference logits, $toy toy, compressed-tensors 0.19.0" \
     bash -c '"$1" scripts/make_artifacts.py "$2" --toy "$3" && "$1" scripts/reference_logits.py "$2"' _ \
     "$PRODUCER/bin/python" "$SCALAR_SCALES_ARTIFACTS/toys/$toy" "$toy"

@@ -1,5 +1,7 @@
 """Toy MoE architectures beyond the built-in Qwen3-MoE: the model families NVFP4 is mostly used on.
 
+- ``olmoe``: routed experts only, with q/k norms over all heads (OLMoE),
+  the model the tensor- and expert-parallel runs were first tried on.
 - ``qwen2-moe``: a shared expert with a shared-expert gate (Qwen2-MoE).
 - ``deepseek-v3``: a shared expert and MLA attention (DeepSeek-V3, the seed
   report's family), with a dense first layer and ``noaux_tc`` routing.
@@ -22,6 +24,23 @@ from typing import Any
 from compressed_tensors_patch.toy_moe import VOCAB_SIZE, build_toy_checkpoint
 
 __all__ = ["TOYS", "build_toy"]
+
+
+def olmoe_config() -> Any:
+    from transformers import OlmoeConfig
+
+    return OlmoeConfig(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=128,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        num_experts=8,
+        num_experts_per_tok=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+    )
 
 
 def qwen2_moe_config() -> Any:
@@ -73,7 +92,11 @@ def deepseek_v3_config() -> Any:
     )
 
 
-TOYS: dict[str, Callable[[], Any]] = {"qwen2-moe": qwen2_moe_config, "deepseek-v3": deepseek_v3_config}
+TOYS: dict[str, Callable[[], Any]] = {
+    "olmoe": olmoe_config,
+    "qwen2-moe": qwen2_moe_config,
+    "deepseek-v3": deepseek_v3_config,
+}
 
 
 def build_toy(name: str, directory: str | os.PathLike[str]) -> Path:

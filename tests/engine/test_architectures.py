@@ -2,8 +2,10 @@
 
 The toys (scalar_scales_testkit.toys): Qwen2-MoE (a shared expert with its
 gate) and DeepSeek-V3 (a shared expert, MLA with a fused q_a/kv_a
-projection, a dense first layer, noaux_tc routing), each quantized by real
-llm-compressor ``oneshot`` (scripts/make_artifacts.py --toy).
+projection, a dense first layer, noaux_tc routing) are served and compared
+with transformers; OLMoE and Qwen2-MoE run with tensor and expert
+parallelism. Each is quantized by real llm-compressor ``oneshot``
+(scripts/make_artifacts.py --toy).
 
 Parallel runs are vLLM's distributed engine: the multiprocess executor, a
 worker per rank, ranks talking over gloo and shared memory. They compare
@@ -51,8 +53,8 @@ def test_logits_agree_with_transformers_and_compressed_tensors(serve, artifact, 
     assert found.min().item() >= MIN_COSINE[name.split("-")[0]], found
 
 
-PARALLEL = [None, "qwen2-moe"]
-"""The built-in Qwen3-MoE toy, and Qwen2-MoE (shared expert and its gate)."""
+PARALLEL = ["olmoe", "qwen2-moe"]
+"""OLMoE (routed experts, q/k norms over all heads) and Qwen2-MoE (a shared expert and its gate)."""
 
 
 @pytest.mark.parametrize("toy", PARALLEL)

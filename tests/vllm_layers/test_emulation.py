@@ -105,3 +105,15 @@ def test_router_weights_on_the_input_need_a_single_expert_per_token(emulated_lay
     x, weights, ids = routed(layer.hidden_size, layer.global_num_experts, top_k=2)
     with pytest.raises(NotImplementedError, match="only implemented for topk=1"):
         layer.quant_method.apply(layer, x, weights, ids, None, None)
+
+
+def test_fake_quantizing_rows_with_their_own_scales_equals_one_call_per_row():
+    """The experts' rows are fake-quantized in one call, each with its expert's scale: bit for bit as alone."""
+    x = (torch.randn(24, 128, generator=torch.Generator().manual_seed(0)) * 3).bfloat16()
+    x[3, :16], x[5, 16:32] = 0, 1e4
+    scales = torch.tensor([608.0, 10112.0, 34048.0, 1.0, 123.5, 8256.0] * 4)
+    quantize = nvfp4_emulation.fake_quantize_nvfp4_activation
+    alone = torch.cat([quantize(row[None], scale) for row, scale in zip(x, scales, strict=True)])
+    together = quantize(x, scales)
+    assert torch.equal(together, alone)
+    assert not torch.equal(together, quantize(x, scales[:1]))
