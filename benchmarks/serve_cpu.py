@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 
 PROMPTS = [[5 + i, 6 + i, 7 + i, 8 + i] for i in range(4)]
+RESULT = "serve_cpu result: "
+"""Marks the measurement among what the engine's worker processes also print."""
 
 
 def one(model: str, dtype: str, tokens: int, tensor_parallel: int) -> dict[str, float]:
@@ -62,7 +64,8 @@ def measure(model: Path, dtype: str, tokens: int, tensor_parallel: int = 1) -> d
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     if result.returncode != 0:
         raise SystemExit(f"{model} ({dtype}) failed:\n{result.stderr[-3000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith(RESULT)]
+    return json.loads(line.removeprefix(RESULT))
 
 
 def main() -> None:
@@ -75,7 +78,7 @@ def main() -> None:
     parser.add_argument("--tensor-parallel", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(one(args.one, args.dtype, args.tokens, args.tensor_parallel)))
+        print(RESULT + json.dumps(one(args.one, args.dtype, args.tokens, args.tensor_parallel)), flush=True)
         return
 
     producer = sorted(args.artifacts.glob("ct-*"))[0]
