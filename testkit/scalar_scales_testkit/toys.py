@@ -25,21 +25,26 @@ from compressed_tensors_patch.toy_moe import VOCAB_SIZE, build_toy_checkpoint
 
 __all__ = ["TOYS", "build_toy"]
 
+COMMON: dict[str, Any] = {
+    "vocab_size": VOCAB_SIZE,
+    "num_hidden_layers": 2,
+    "max_position_embeddings": 256,
+    "tie_word_embeddings": False,
+}
+"""What every toy shares: the toy tokenizer's vocabulary, two layers, a short context, an untied head."""
+
 
 def olmoe_config() -> Any:
     from transformers import OlmoeConfig
 
     return OlmoeConfig(
-        vocab_size=VOCAB_SIZE,
+        **COMMON,
         hidden_size=128,
         intermediate_size=64,
-        num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=4,
         num_experts=8,
         num_experts_per_tok=2,
-        max_position_embeddings=256,
-        tie_word_embeddings=False,
     )
 
 
@@ -47,18 +52,15 @@ def qwen2_moe_config() -> Any:
     from transformers import Qwen2MoeConfig
 
     return Qwen2MoeConfig(
-        vocab_size=VOCAB_SIZE,
+        **COMMON,
         hidden_size=128,
         intermediate_size=256,
         moe_intermediate_size=64,
         shared_expert_intermediate_size=128,
-        num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
         num_experts=8,
         num_experts_per_tok=2,
-        max_position_embeddings=256,
-        tie_word_embeddings=False,
     )
 
 
@@ -66,11 +68,10 @@ def deepseek_v3_config() -> Any:
     from transformers import DeepseekV3Config
 
     return DeepseekV3Config(
-        vocab_size=VOCAB_SIZE,
+        **COMMON,
         hidden_size=256,
         intermediate_size=512,
         moe_intermediate_size=64,
-        num_hidden_layers=2,
         first_k_dense_replace=1,
         num_attention_heads=2,
         num_key_value_heads=2,
@@ -87,8 +88,6 @@ def deepseek_v3_config() -> Any:
         qk_nope_head_dim=128,
         qk_rope_head_dim=64,
         v_head_dim=128,
-        max_position_embeddings=256,
-        tie_word_embeddings=False,
     )
 
 
