@@ -76,20 +76,19 @@ def test_tensor_parallel_2_with_expert_parallelism_gives_the_tokens_of_one_rank(
     assert alone.tokens and split.tokens == alone.tokens
 
 
-def test_deepseek_under_tensor_parallelism_keeps_its_logits_and_expert_parallelism_changes_nothing(
-    serve, artifact, cosines
-):
+def test_deepseek_under_tensor_and_expert_parallelism_keeps_its_logits(serve, artifact, cosines):
     """vLLM's MLA at TP=2 is not bitwise TP=1 even unquantized (logit cosine 0.99974 on this toy in float32,
-    docs/vllm.md), which flips the random toy's near-tied greedy tokens; W4A4's step-function activations
-    carry that further. So: TP=2's logits stay within W4A4's own tolerance of TP=1's, and adding expert
-    parallelism changes no token."""
+    docs/vllm.md), and not even bitwise from one TP=2 run to the next: the random toy's near-tied greedy tokens
+    flip. W4A4's step-function activations carry that further. So TP=2's logits, with and without expert
+    parallelism, are held to the tolerance W4A4 is held to against transformers."""
     model = artifact("NVFP4-legacy", toy="deepseek-v3")
     alone = serve(model, dtype="float32")
-    split = serve(model, dtype="float32", tensor_parallel=2)
-    experts_split = serve(model, dtype="float32", tensor_parallel=2, expert_parallel=True)
-    assert split.returncode == experts_split.returncode == 0, (split.log + experts_split.log)[-3000:]
-    assert cosines(split, alone).min().item() >= MIN_COSINE["NVFP4"]
-    assert experts_split.tokens == split.tokens
+    for split in (
+        serve(model, dtype="float32", tensor_parallel=2),
+        serve(model, dtype="float32", tensor_parallel=2, expert_parallel=True),
+    ):
+        assert split.returncode == 0, split.log[-3000:]
+        assert cosines(split, alone).min().item() >= MIN_COSINE["NVFP4"]
 
 
 def test_vllm_cpu_crashes_with_expert_parallelism_on_the_unquantized_toy(serve):
