@@ -25,7 +25,7 @@ class FetchCounter(Protocol):
     """A remote source's account of what it read."""
 
     bytes_fetched: int
-    file_sizes: dict[str, int]
+    bytes_total: int
 
 
 @dataclass
@@ -46,18 +46,14 @@ class CheckReport:
 
     @property
     def errors(self) -> int:
-        return sum(n for code, n in self.counts.items() if RULES[code].severity == "error")
+        return self._count("error")
 
     @property
     def warnings(self) -> int:
-        return sum(n for code, n in self.counts.items() if RULES[code].severity == "warning")
+        return self._count("warning")
 
-    @property
-    def fetched_share(self) -> float:
-        """Of the bytes of the files read from, the percentage fetched."""
-        assert self.fetched is not None
-        total = sum(self.fetched.file_sizes.values())
-        return 100 * self.fetched.bytes_fetched / total if total else 0.0
+    def _count(self, severity: str) -> int:
+        return sum(n for code, n in self.counts.items() if RULES[code].severity == severity)
 
     @property
     def exit_code(self) -> int:
@@ -80,8 +76,9 @@ class CheckReport:
             by_code = ", ".join(f"{code} {n}" for code, n in sorted(self.counts.items()))
             line = f"Found {len(self.findings)}: {self.errors} errors, {self.warnings} warnings ({by_code})."
         if self.fetched is not None:
-            total = sum(self.fetched.file_sizes.values())
-            line += f" Fetched {self.fetched.bytes_fetched} of the files' {total} bytes ({self.fetched_share:.3g}%)."
+            fetched, total = self.fetched.bytes_fetched, self.fetched.bytes_total
+            share = 100 * fetched / total if total else 0.0
+            line += f" Fetched {fetched} of the files' {total} bytes ({share:.3g}%)."
         return line
 
     def lines(self, *, show_all: bool = False, with_scales: bool = False) -> list[str]:
@@ -128,7 +125,7 @@ class CheckReport:
                 "counts": dict(sorted(self.counts.items())),
                 "exit_code": self.exit_code,
                 "bytes_fetched": None if self.fetched is None else self.fetched.bytes_fetched,
-                "bytes_total": None if self.fetched is None else sum(self.fetched.file_sizes.values()),
+                "bytes_total": None if self.fetched is None else self.fetched.bytes_total,
             },
         }
         if with_scales:

@@ -75,6 +75,11 @@ class HubShards:
         self.file_sizes: dict[str, int] = {}
         """The size of each file read from, as the server reports it."""
 
+    @property
+    def bytes_total(self) -> int:
+        """The size of the files read from: what ``bytes_fetched`` is a share of."""
+        return sum(self.file_sizes.values())
+
     def label(self, name: str) -> str:
         return f"{self.address}/{name}"
 
