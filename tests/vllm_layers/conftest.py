@@ -21,10 +21,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         item.add_marker(pytest.mark.vllm)
 
 
+def legacy_artifact(scheme: str) -> Path:
+    """The toy's legacy artifact of ``scheme``, written by the producer environment (scripts/make_artifacts.py)."""
+    return next(a.path for a in all_artifacts(artifacts_root()) if (a.scheme, a.form) == (scheme, "legacy"))
+
+
 @pytest.fixture(scope="session")
 def legacy_nvfp4() -> Path:
-    """The toy's legacy NVFP4 artifact, written by the producer environment (scripts/make_artifacts.py)."""
-    return next(a.path for a in all_artifacts(artifacts_root()) if (a.scheme, a.form) == ("NVFP4", "legacy"))
+    return legacy_artifact("NVFP4")
+
+
+@pytest.fixture(scope="session")
+def legacy_nvfp4a16() -> Path:
+    return legacy_artifact("NVFP4A16")
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,7 @@ from scalar_scales_testkit.roundtrip import checkpoint_tensors
 from vllm_patch import nvfp4_emulation
 
 PREFIX = "model.layers.0.mlp.experts.3.down_proj"
+PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
 
 
 def module_tensors(artifact, prefix: str) -> dict[str, torch.Tensor]:
@@ -117,3 +118,63 @@ def test_fake_quantizing_rows_with_their_own_scales_equals_one_call_per_row():
     together = quantize(x, scales)
     assert torch.equal(together, alone)
     assert not torch.equal(together, quantize(x, scales[:1]))
+
+
+@pytest.fixture
+def nvfp4a16_layer(legacy_nvfp4a16, layer0):
+    """A real NVFP4A16 MoE layer of the toy, loaded by vLLM and dequantized by the emulation, in float32."""
+    from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
+
+    from scalar_scales_testkit.vllm_layers import build_moe_layer, expert_tensors, load_into_layer
+
+    layer = build_moe_layer(legacy_nvfp4a16, layer0)
+    kernel_path = not UnquantizedFusedMoEMethod(layer.quant_method.moe).is_monolithic
+    if kernel_path and not hasattr(torch.ops._C, "cpu_fused_moe"):
+        pytest.skip("vLLM's CPU MoE kernel is not built here (vLLM's sources over another build)")
+    load_into_layer(layer, expert_tensors(legacy_nvfp4a16, layer0))
+    with vllm_patch.emulation_patches(nvfp4_emulation.MOE_METHOD_MODULE).applied():
+        layer.quant_method.process_weights_after_loading(layer)
+        yield layer
+
+
+def decompressed(artifact, prefix: str) -> torch.Tensor:
+    """One projection's weight, as compressed-tensors decompresses it from the checkpoint, in float32."""
+    from compressed_tensors.compressors.nvfp4.base import NVFP4PackedCompressor
+    from compressed_tensors.quantization import preset_name_to_scheme
+
+    scheme = preset_name_to_scheme("NVFP4A16", ["Linear"])
+    return NVFP4PackedCompressor.decompress(module_tensors(artifact, prefix), scheme)["weight"].float()
+
+
+def checkpoint_experts(artifact, prefix: str, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor):
+    """What the experts compute, straight from the checkpoint: each token's selected experts, SwiGLU MLPs on
+    the decompressed weights, summed with the routing weights."""
+    out = torch.zeros_like(x)
+    for token, (row, chosen) in enumerate(zip(weights, ids, strict=True)):
+        for weight, expert in zip(row, chosen.tolist(), strict=True):
+            gate, up, down = (decompressed(artifact, f"{prefix}.{expert}.{p}") for p in PROJECTIONS)
+            h = x[token]
+            out[token] += weight * (down @ (torch.nn.functional.silu(gate @ h) * (up @ h)))
+    return out
+
+
+def test_nvfp4a16_experts_compute_the_checkpoints_mlps(nvfp4a16_layer, legacy_nvfp4a16, layer0):
+    layer = nvfp4a16_layer
+    x, weights, ids = routed(layer.hidden_size, layer.global_num_experts, top_k=2)
+    x = x.float()
+    found = layer.quant_method.apply(layer, x, weights, ids, None, None)
+    torch.testing.assert_close(found, checkpoint_experts(legacy_nvfp4a16, layer0, x, weights, ids))
+
+
+def test_nvfp4a16_experts_run_vllms_unquantized_kernel_where_vllm_computes_through_one(nvfp4a16_layer):
+    """vLLM 0.32 and later: its modular kernel with the CPU experts its unquantized oracle picks. vLLM 0.23's
+    unquantized CPU MoE is monolithic (it routes by itself), so there the emulation runs the experts."""
+    from vllm.model_executor.layers.fused_moe.oracle.unquantized import select_unquantized_moe_backend
+    from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
+
+    method = nvfp4a16_layer.quant_method
+    if UnquantizedFusedMoEMethod(method.moe).is_monolithic:
+        assert method.moe_kernel is None
+    else:
+        _, experts = select_unquantized_moe_backend(moe_config=method.moe)
+        assert type(method.moe_kernel.fused_experts) is experts
