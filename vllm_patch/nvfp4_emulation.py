@@ -12,9 +12,9 @@ CPU platform, this module steps in:
   decompresses it (packed FP4 e2m1 × FP8 group scale ÷ global scale, with the
   global scale as (1,) float32), per logical partition and per expert
   projection with its own global scale.
-- For NVFP4 (W4A4) every input is fake-quantized with compressed-tensors' own
-  dynamic NVFP4 activation quantization (FP4 e2m1 values, FP8 group scales of
-  16, the loaded ``input_global_scale``), again per partition and
+- For NVFP4 (W4A4) every input is fake-quantized as compressed-tensors'
+  dynamic NVFP4 activation quantization does it (FP4 e2m1 values, FP8 group
+  scales of 16, the loaded ``input_global_scale``), again per partition and
   projection. So a wrong input scale changes the output.
 - Linear layers then run ``torch.nn.functional.linear``. MoE layers run each
   selected expert on its tokens and sum the outputs with the routing weights;
@@ -22,8 +22,9 @@ CPU platform, this module steps in:
   dequantized experts to vLLM's own unquantized kernel where it can run them.
 
 ``SCALAR_SCALES_NVFP4_EMULATION=0`` turns it off (vLLM's own error then
-stands). The functions used come from the compressed-tensors release
-installed next to vLLM.
+stands). Dequantization is compressed-tensors' own, from the release
+installed next to vLLM; the activation fake-quantization restates its
+arithmetic and is held to it bit for bit by a differential test.
 """
 
 from __future__ import annotations
@@ -85,14 +86,6 @@ def current_platform() -> Any:
     return current_platform
 
 
-@functools.cache
-def _activation_args() -> Any:
-    """compressed-tensors' NVFP4 input activations: FP4 e2m1, dynamic local groups of 16, FP8 group scales."""
-    from compressed_tensors.quantization import preset_name_to_scheme
-
-    return preset_name_to_scheme("NVFP4", ["Linear"]).input_activations
-
-
 def dequantize_nvfp4(packed: torch.Tensor, scale: torch.Tensor, global_scale: torch.Tensor) -> torch.Tensor:
     """One weight, as compressed-tensors decompresses it: bf16 FP4 values × bf16 group scale ÷ (1,) global scale."""
     from compressed_tensors.compressors.nvfp4.helpers import unpack_fp4_from_uint8
@@ -108,22 +101,45 @@ def dequantize_nvfp4(packed: torch.Tensor, scale: torch.Tensor, global_scale: to
     )
 
 
+_GROUP_SIZE = 16
+"""NVFP4 activations: one FP8 e4m3 scale per 16 values, times the tensor's global scale."""
+_FP4_MAX = 6.0
+_FP8_MAX = torch.finfo(torch.float8_e4m3fn).max
+_FP8_SCALE_EPS = 0.125
+"""What compressed-tensors puts in place of a zero FP8 group scale (``_get_dtype_eps``)."""
+
+
 def fake_quantize_nvfp4_activation(x: torch.Tensor, global_scale: torch.Tensor) -> torch.Tensor:
     """``x`` quantized to NVFP4 and back, as compressed-tensors does for a W4A4 layer's input.
 
     ``global_scale`` holds one value, or one per row of ``x`` (rows headed
     for different experts): each row is quantized exactly as it would be
     alone with its own scale, in one call.
-    """
-    from compressed_tensors.quantization.lifecycle.forward import fake_quantize
-    from compressed_tensors.quantization.utils import compute_dynamic_scales_and_zp
 
-    args = _activation_args()
+    This is compressed-tensors' dynamic NVFP4 activation quantization
+    (``compute_dynamic_scales_and_zp`` then ``fake_quantize`` with the NVFP4
+    preset's input activations), operation for operation in the same dtypes,
+    without its Python-level dispatch, which took most of a W4A4 decode step.
+    A differential test holds it bit for bit to the compressed-tensors
+    release installed next to vLLM (tests/vllm_layers/test_emulation.py).
+    """
     scales = global_scale.to(torch.float32).reshape(-1)
-    # one scale stays (1,), as compressed-tensors holds it; per-row scales meet (rows, groups) group scales
-    row, group = (scales, scales) if scales.numel() == 1 else (scales[:, None], scales[:, None, None])
-    scale, zero_point = compute_dynamic_scales_and_zp(value=x, args=args, module=None, global_scale=row)
-    return fake_quantize(x=x, scale=scale, zero_point=zero_point, args=args, global_scale=group)
+    row = scales if scales.numel() == 1 else scales[:, None]
+    groups = x.unflatten(-1, (-1, _GROUP_SIZE))
+    local = row * (groups.abs().amax(-1) / _FP4_MAX)
+    scale = local.clamp(-_FP8_MAX, _FP8_MAX).to(torch.float8_e4m3fn).to(torch.float32)
+    scale = torch.where(scale == 0, _FP8_SCALE_EPS, scale)
+    step_scale = (scale / row)[..., None]
+    scaled = (groups / step_scale).clamp(-_FP4_MAX, _FP4_MAX)
+    return (_round_to_fp4(scaled) * step_scale).flatten(-2).to(x.dtype)
+
+
+def _round_to_fp4(x: torch.Tensor) -> torch.Tensor:
+    """The nearest FP4 e2m1 value (0, 0.5, 1, 1.5, 2, 3, 4, 6), ties to the even mantissa, for ``x`` within ±6:
+    compressed-tensors' ``cast_to_fp4`` as rounding in the value's spacing (0.5 below 2, 1 below 4, then 2)."""
+    magnitude = x.abs()
+    spacing = torch.where(magnitude < 2.0, 0.5, torch.where(magnitude < 4.0, 1.0, 2.0))
+    return torch.copysign(torch.round(magnitude / spacing) * spacing, x)
 
 
 def _model_dtype() -> torch.dtype:

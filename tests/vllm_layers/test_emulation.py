@@ -108,13 +108,60 @@ def test_router_weights_on_the_input_need_a_single_expert_per_token(emulated_lay
         layer.quant_method.apply(layer, x, weights, ids, None, None)
 
 
+def compressed_tensors_fake_quantize(x: torch.Tensor, global_scale: torch.Tensor) -> torch.Tensor:
+    """The reference: compressed-tensors' own dynamic NVFP4 activation quantization, as its W4A4 layers run it."""
+    from compressed_tensors.quantization import preset_name_to_scheme
+    from compressed_tensors.quantization.lifecycle.forward import fake_quantize
+    from compressed_tensors.quantization.utils import compute_dynamic_scales_and_zp
+
+    args = preset_name_to_scheme("NVFP4", ["Linear"]).input_activations
+    global_scale = global_scale.reshape(1).float()
+    scale, zero_point = compute_dynamic_scales_and_zp(value=x, args=args, module=None, global_scale=global_scale)
+    return fake_quantize(x=x, scale=scale, zero_point=zero_point, args=args, global_scale=global_scale)
+
+
+FP4_TIES = [0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, 0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+"""A group whose largest value is 6, so that under a global scale of 1 every value lands on the FP4 grid or
+halfway between two of its points."""
+
+
+def activation_cases(seed: int) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    """Inputs (float32) and global scales: random magnitudes, FP4 ties, all-zero and NaN groups, FP8 group
+    scales that saturate or underflow."""
+    generator = torch.Generator().manual_seed(seed)
+    magnitude = 10.0 ** torch.randint(-6, 5, (1,), generator=generator).item()
+    x = torch.randn(6, 128, generator=generator) * magnitude * torch.rand(6, 128, generator=generator).pow(4) * 10
+    x[0, :16], x[1, 16:32], x[2, 3] = 0, -x[1, 16:32].abs(), float("nan")
+    signs = torch.randint(0, 2, (6, 128), generator=generator) * 2 - 1
+    calibrated = torch.tensor(448.0 * 6.0) / x.nan_to_num().abs().amax()
+    return [
+        ("random", x, calibrated * torch.rand(1, generator=generator) * 4),
+        ("ties", torch.tensor(FP4_TIES).repeat(6, 8) * signs, torch.tensor(1.0)),
+        ("saturating", x, calibrated * 1e6),
+        ("underflowing", x, calibrated * 1e-9),
+        ("zero global scale", x, torch.tensor(0.0)),
+    ]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("seed", range(10))
+def test_activation_fake_quantization_equals_compressed_tensors_bit_for_bit(dtype, seed):
+    for case, x, global_scale in activation_cases(seed):
+        x = x.to(dtype)
+        ours = nvfp4_emulation.fake_quantize_nvfp4_activation(x, global_scale)
+        torch.testing.assert_close(
+            ours, compressed_tensors_fake_quantize(x, global_scale), rtol=0, atol=0, equal_nan=True, msg=case
+        )
+
+
 def test_fake_quantizing_rows_with_their_own_scales_equals_one_call_per_row():
-    """The experts' rows are fake-quantized in one call, each with its expert's scale: bit for bit as alone."""
+    """The experts' rows are fake-quantized in one call, each with its expert's scale: bit for bit as
+    compressed-tensors quantizes each row alone."""
     x = (torch.randn(24, 128, generator=torch.Generator().manual_seed(0)) * 3).bfloat16()
     x[3, :16], x[5, 16:32] = 0, 1e4
     scales = torch.tensor([608.0, 10112.0, 34048.0, 1.0, 123.5, 8256.0] * 4)
     quantize = nvfp4_emulation.fake_quantize_nvfp4_activation
-    alone = torch.cat([quantize(row[None], scale) for row, scale in zip(x, scales, strict=True)])
+    alone = torch.cat([compressed_tensors_fake_quantize(row[None], s) for row, s in zip(x, scales, strict=True)])
     together = quantize(x, scales)
     assert torch.equal(together, alone)
     assert not torch.equal(together, quantize(x, scales[:1]))
