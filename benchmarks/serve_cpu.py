@@ -11,9 +11,10 @@ throughput (4 prompts, greedy, ``--tokens`` new tokens each, EOS ignored).
 Rounds rotate the order of the models; figures are medians, and ratios are
 emulated / unquantized.
 
-The ratio is taken in float32: in this sandbox the unquantized bf16 baseline
-dies with SIGILL in vLLM's AMX MoE kernel (the OS does not grant AMX), which
-the emulation does not use. An emulated bf16 row is printed for reference.
+The ratio is taken in float32: in a sandbox of this project the unquantized
+bf16 baseline died with SIGILL in vLLM's AMX MoE kernel (the CPU reported AMX,
+the OS did not grant it). W4A4 does not use that kernel, and NVFP4A16 only
+where the OS grants AMX; an emulated W4A4 bf16 row is printed for reference.
 """
 
 from __future__ import annotations
