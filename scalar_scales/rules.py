@@ -67,10 +67,6 @@ class Finding(NamedTuple):
     message: str
 
     @property
-    def rule(self) -> Rule:
-        return RULES[self.code]
-
-    @property
     def severity(self) -> Severity:
         return RULES[self.code].severity
 
