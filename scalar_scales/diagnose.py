@@ -56,6 +56,8 @@ NVFP4_DTYPES: dict[str, str] = {
 }
 """What compressed-tensors writes for each NVFP4 tensor of a module, and what vLLM allocates for it."""
 
+GROUP_SIZE = 16
+"""compressed-tensors' NVFP4 group size: one FP8 weight scale per 16 FP4 values, unless the config says otherwise."""
 FP4_E2M1_MAX = 6.0
 FP8_E4M3_MAX = 448.0
 SCALE_NUMERATOR = FP4_E2M1_MAX * FP8_E4M3_MAX
@@ -94,7 +96,7 @@ class Scheme:
     target it does.
     """
 
-    group_size: int = 16
+    group_size: int = GROUP_SIZE
     input_activations: bool | None = None
     groups: tuple[tuple[tuple[str, ...], bool], ...] = ()
 
@@ -138,7 +140,7 @@ def scheme_of(config: Mapping[str, Any] | None) -> Scheme | None:
         return Scheme(input_activations=False)
     sizes = [_field(group, "weights", dict).get("group_size") for group in groups]
     size = sizes[0] if sizes.count(sizes[0]) == len(sizes) else None
-    group_size = size if type(size) is int and size > 0 else 16
+    group_size = size if type(size) is int and size > 0 else GROUP_SIZE
     activations = tuple(group.get("input_activations") is not None for group in groups)
     if len(set(activations)) == 1:
         return Scheme(group_size, activations[0])
@@ -211,7 +213,7 @@ def _module_checks(
         for leaf in NVFP4_DTYPES
         if leaf != "weight_packed"
     }
-    group_size = 16 if scheme is None else scheme.group_size
+    group_size = _group_size(scheme)
     suspects = {
         k
         for leaf, column in members.items()
@@ -240,6 +242,10 @@ def _module_checks(
         base, _, leaf = names[i].rpartition(".")
         open_modules.setdefault(base, {})[leaf] = (file, dtypes[i], shapes[i])
     return findings
+
+
+def _group_size(scheme: Scheme | None) -> int:
+    return GROUP_SIZE if scheme is None else scheme.group_size
 
 
 def _ending_with(names: list[str], suffix: str) -> list[int]:
@@ -301,7 +307,7 @@ def _module_findings(base: str, facts: Mapping[str, TensorFacts], scheme: Scheme
     for leaf in _missing(base, facts, scheme):
         code, message = _MISSING[leaf]
         yield Finding(code, f"{base}.{leaf}", file, message)
-    group_size = 16 if scheme is None else scheme.group_size
+    group_size = _group_size(scheme)
     expected = _scale_shape(packed, group_size)
     if "weight_scale" in facts and facts["weight_scale"][2] != expected:
         scale_file, _, shape = facts["weight_scale"]
