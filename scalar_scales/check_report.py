@@ -14,7 +14,7 @@ from functools import cached_property
 from typing import Any, Protocol
 
 from scalar_scales.rules import RULES, Finding
-from scalar_scales.scan import CheckpointScan
+from scalar_scales.scan import CheckpointScan, file_name
 
 __all__ = ["SHOWN_PER_RULE", "CheckReport", "json_number"]
 
@@ -144,7 +144,7 @@ class CheckReport:
 
 
 def _where(finding: Finding) -> str:
-    file = finding.file.rpartition("/")[2]
+    file = file_name(finding.file)
     return f"{file}: {finding.tensor}" if finding.tensor else file
 
 

@@ -29,7 +29,7 @@ from scalar_scales.checkpoint import (
     weight_map_of,
 )
 from scalar_scales.safetensors_header import CheckpointError, SafetensorsHeader, header_length_of, parse_header
-from scalar_scales.scan import decode_scale
+from scalar_scales.scan import decode_scale, file_name
 
 __all__ = ["HUB_PREFIX", "HubShards", "RemoteCheckpoint", "is_hub_address", "open_hub_checkpoint"]
 
@@ -84,7 +84,7 @@ class HubShards:
         return f"{self.address}/{name}"
 
     def read_header(self, file: str) -> SafetensorsHeader:
-        name = file.rpartition("/")[2]
+        name = file_name(file)
         first, size = self._get(name, 0, FIRST_READ - 1)
         self.file_sizes[name] = size
         length = header_length_of(file, first[:8], size)
@@ -95,7 +95,7 @@ class HubShards:
         return parse_header(file, raw, size)
 
     def read_values(self, header: SafetensorsHeader, indices: list[int]) -> list[float | None]:
-        name = str(header.path).rpartition("/")[2]
+        name = file_name(header.path)
         values: list[float | None] = [None] * len(indices)
         order = sorted(range(len(indices)), key=lambda k: header.begins[indices[k]])
         for span in _spans([(header.begins[indices[k]], header.ends[indices[k]]) for k in order], order):

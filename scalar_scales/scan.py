@@ -67,6 +67,7 @@ __all__ = [
     "ShardScan",
     "ShardSource",
     "decode_scale",
+    "file_name",
     "scan_checkpoint",
     "scan_shards",
 ]
@@ -291,13 +292,13 @@ def _index_errors(
     found = tuple(map(sum, zip(*(shard.tensors for shard in shards), strict=True)))
     if found == _digest(checkpoint.weight_map.keys(), checkpoint.weight_map.values()):
         return []
-    listed: dict[str, set[str]] = {_file_name(shard.path): set() for shard in shards}
-    for tensor, file_name in checkpoint.weight_map.items():
-        listed[file_name].add(tensor)
+    listed: dict[str, set[str]] = {file_name(shard.path): set() for shard in shards}
+    for tensor, shard_name in checkpoint.weight_map.items():
+        listed[shard_name].add(tensor)
     errors = []
     for file, shard in zip(checkpoint.files, shards, strict=True):
         names = set(source.read_header(file).names)
-        listed_here = listed[_file_name(shard.path)]
+        listed_here = listed[file_name(shard.path)]
         for missing, problem in ((listed_here - names, _LISTED_NOT_HELD), (names - listed_here, _HELD_NOT_LISTED)):
             errors += [CheckpointError(shard.path, problem, tensor=tensor) for tensor in sorted(missing)]
     return errors
@@ -307,7 +308,8 @@ _LISTED_NOT_HELD = f"named for this shard in {INDEX_NAME} but not in it: the ind
 _HELD_NOT_LISTED = f"in this shard but not in {INDEX_NAME}'s weight_map: what reads the index does not know it exists"
 
 
-def _file_name(path: Path | str) -> str:
+def file_name(path: Path | str) -> str:
+    """A shard's file name, from a local path or an ``hf://`` address."""
     return str(path).rpartition("/")[2]
 
 
@@ -324,7 +326,7 @@ def _scan_shard(
 ) -> ShardScan:
     header = source.read_header(file)
     names = header.names
-    tensors = _digest(names, [_file_name(header.path)] * len(names))
+    tensors = _digest(names, [file_name(header.path)] * len(names))
     if nvfp4 is None:  # a lone file without a config: NVFP4 if it has global scales
         nvfp4 = any(map(is_global_scale, names))
     indices = [i for i, name in enumerate(names) if nvfp4 and is_global_scale(name)]
