@@ -35,6 +35,7 @@ __all__ = [
     "artifacts_root",
     "checkpoint_tensors",
     "error_line",
+    "first_artifact",
     "global_scales_on_disk",
     "installed_versions",
     "prompt_ids",
@@ -97,6 +98,11 @@ def all_artifacts(root: Path) -> list[Artifact]:
     if missing:
         pytest.fail(f"artifacts missing: {', '.join(missing)}")
     return found
+
+
+def first_artifact(scheme: str, form: str) -> Path:
+    """The artifact of ``scheme`` in ``form`` from the first producer folder (ct-0.19.0 in the round trip)."""
+    return next(a.path for a in all_artifacts(artifacts_root()) if (a.scheme, a.form) == (scheme, form))
 
 
 def checkpoint_tensors(path: Path, keep: Callable[[str], bool]) -> dict[str, torch.Tensor]:

@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("vllm", reason="vLLM tests run in the serving and legacy-vllm environments")
 
 from scalar_scales_testkit import vllm_layers  # noqa: E402
-from scalar_scales_testkit.roundtrip import all_artifacts, artifacts_root  # noqa: E402
+from scalar_scales_testkit.roundtrip import first_artifact  # noqa: E402
 
 vllm_layers.select_cpu_platform()
 
@@ -21,19 +21,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         item.add_marker(pytest.mark.vllm)
 
 
-def legacy_artifact(scheme: str) -> Path:
-    """The toy's legacy artifact of ``scheme``, written by the producer environment (scripts/make_artifacts.py)."""
-    return next(a.path for a in all_artifacts(artifacts_root()) if (a.scheme, a.form) == (scheme, "legacy"))
-
-
 @pytest.fixture(scope="session")
 def legacy_nvfp4() -> Path:
-    return legacy_artifact("NVFP4")
+    """The toy's legacy NVFP4 artifact, written by the producer environment (scripts/make_artifacts.py)."""
+    return first_artifact("NVFP4", "legacy")
 
 
 @pytest.fixture(scope="session")
 def legacy_nvfp4a16() -> Path:
-    return legacy_artifact("NVFP4A16")
+    return first_artifact("NVFP4A16", "legacy")
 
 
 @pytest.fixture(scope="session")

@@ -17,15 +17,11 @@ from pathlib import Path
 import pytest
 
 from scalar_scales.checkpoint import is_global_scale
-from scalar_scales_testkit.roundtrip import all_artifacts, artifacts_root, global_scales_on_disk
+from scalar_scales_testkit.roundtrip import first_artifact, global_scales_on_disk
 from scalar_scales_testkit.vllm_layers import EXPERT_TENSOR, free_port
 
 RANK = Path(__file__).with_name("expert_parallel_rank.py")
 WORLD = 2
-
-
-def artifact(form: str) -> Path:
-    return next(a.path for a in all_artifacts(artifacts_root()) if (a.scheme, a.form) == ("NVFP4", form))
 
 
 def run_ranks(model: Path, layer: str, plugin: bool, tmp_path: Path) -> list[dict]:
@@ -53,7 +49,7 @@ def run_ranks(model: Path, layer: str, plugin: bool, tmp_path: Path) -> list[dic
 @pytest.mark.parametrize("form", ["legacy", "format2"])
 @pytest.mark.parametrize("plugin", [False, True], ids=["without-plugin", "with-plugin"])
 def test_each_rank_holds_the_on_disk_global_scales_of_the_experts_it_owns(layer0, tmp_path, form, plugin):
-    model = artifact(form)
+    model = first_artifact("NVFP4", form)
     ranks = run_ranks(model, layer0, plugin, tmp_path)
     owned = [expert for rank in ranks for expert in rank["owned"]]
     experts = {int(EXPERT_TENSOR.match(name)["expert"]) for name in global_scales_on_disk(model) if layer0 in name}
