@@ -36,8 +36,6 @@ import ctypes
 import os
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -45,6 +43,7 @@ from pathlib import Path
 from scalar_scales.checkpoint import is_global_scale
 from scalar_scales.migrate import migrate_checkpoint
 from scalar_scales.scan import scan_checkpoint
+from scalar_scales_testkit.cli import run_cli
 from scalar_scales_testkit.hub_server import HubRepository, serve_hub
 from scalar_scales_testkit.synthetic import write_synthetic_checkpoint
 
@@ -102,14 +101,9 @@ def safetensors_read(checkpoint: Path) -> None:
                     f.get_tensor(name)
 
 
-def command(*args: str | Path, env: dict[str, str] | None = None) -> None:
-    """Run the command; it must work (exit 0, or 1 for a check with findings)."""
-    result = subprocess.run(
-        [sys.executable, "-m", "scalar_scales", *map(str, args)],
-        capture_output=True,
-        text=True,
-        env=None if env is None else {**os.environ, **env},
-    )
+def command(*args: str | Path, env: dict[str, str | None] | None = None) -> None:
+    """Run the command (the test kit's ``run_cli``); it must work (exit 0, or 1 for a check with findings)."""
+    result = run_cli(*args, env=env)
     assert result.returncode in (0, 1), result.stderr
 
 
