@@ -62,6 +62,11 @@ def rewrite_shard(path: Path, change: Callable[[Tensors], None]) -> None:
 
 def _remove(checkpoint: Path, tensor: str) -> str:
     rewrite_shard(shard_of(checkpoint, tensor), lambda tensors: tensors.pop(tensor))
+    return _unlist(checkpoint, tensor)
+
+
+def _unlist(checkpoint: Path, tensor: str) -> str:
+    """Take ``tensor`` out of the index's ``weight_map``."""
     index_path = checkpoint / INDEX_NAME
     index = json.loads(index_path.read_text())
     del index["weight_map"][tensor]
@@ -153,12 +158,7 @@ def break_dtype(checkpoint: Path) -> str:
 
 def break_index(checkpoint: Path) -> str:
     """A tensor the index forgot: a loader that follows the index never loads it."""
-    tensor = f"{EXPERT}.up_proj.weight_packed"
-    index_path = checkpoint / INDEX_NAME
-    index = json.loads(index_path.read_text())
-    del index["weight_map"][tensor]
-    index_path.write_text(json.dumps(index, indent=2))
-    return tensor
+    return _unlist(checkpoint, f"{EXPERT}.up_proj.weight_packed")
 
 
 class BrokenCase(NamedTuple):
