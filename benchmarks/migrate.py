@@ -44,7 +44,7 @@ from scalar_scales.checkpoint import is_global_scale
 from scalar_scales.migrate import migrate_checkpoint
 from scalar_scales.scan import scan_checkpoint
 from scalar_scales_testkit.cli import run_cli
-from scalar_scales_testkit.hub_server import HubRepository, serve_hub
+from scalar_scales_testkit.hub_server import HubRepository, client_environment, serve_hub
 from scalar_scales_testkit.synthetic import write_synthetic_checkpoint
 
 TARGETS = {"migrate_command": 0.5, "check_command": 0.5, "check_legacy_command": 0.5}
@@ -110,7 +110,7 @@ def command(*args: str | Path, env: dict[str, str | None] | None = None) -> None
 def remote_check(checkpoint: Path, root: Path, repeats: int) -> tuple[float, float]:
     """Median seconds of ``check hf://`` against a local Hub server, and the percentage of bytes fetched."""
     with serve_hub({"bench/v4": HubRepository({"main": checkpoint})}) as (endpoint, served):
-        env = {"HF_ENDPOINT": endpoint, "HF_HUB_OFFLINE": "0", "HF_HOME": str(root / "hf-home")}
+        env = client_environment(endpoint, root)
         seconds = statistics.median(timed(lambda: command("check", "hf://bench/v4", env=env)) for _ in range(repeats))
         fetched = served.file_bytes / repeats
     return seconds, 100 * fetched / sum(p.stat().st_size for p in checkpoint.iterdir())

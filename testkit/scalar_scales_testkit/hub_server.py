@@ -29,7 +29,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote
 
-__all__ = ["HubRepository", "ServedBytes", "serve_hub"]
+__all__ = ["HubRepository", "ServedBytes", "client_environment", "serve_hub"]
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -66,6 +66,12 @@ class _QuietServer(ThreadingHTTPServer):
         error = sys.exc_info()[1]
         if not isinstance(error, ConnectionError):
             super().handle_error(request, client_address)
+
+
+def client_environment(endpoint: str, folder: Path, token: str | None = None) -> dict[str, str | None]:
+    """The environment of a ``scalar-scales`` process (the test kit's ``run_cli``) that may reach only this
+    server: its endpoint, no saved login (``HF_HOME`` under ``folder``), online, and ``token`` or none."""
+    return {"HF_ENDPOINT": endpoint, "HF_HOME": str(folder / "hf-home"), "HF_HUB_OFFLINE": "0", "HF_TOKEN": token}
 
 
 @contextmanager

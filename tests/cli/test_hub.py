@@ -7,30 +7,26 @@ from pathlib import Path
 
 import pytest
 
+from scalar_scales.scan import file_name
 from scalar_scales_testkit.broken import CORPUS, clean_checkpoint
 from scalar_scales_testkit.cli import make_checkpoint, run_cli, shards
-from scalar_scales_testkit.hub_server import HubRepository, serve_hub
+from scalar_scales_testkit.hub_server import HubRepository, client_environment, serve_hub
 from scalar_scales_testkit.synthetic import write_synthetic_checkpoint
 
 pytest.importorskip("huggingface_hub")
 
 
-def hub_env(endpoint: str, tmp_path: Path, token: str | None = None) -> dict[str, str | None]:
-    """Only the server is reachable: its endpoint, no saved login, online."""
-    return {"HF_ENDPOINT": endpoint, "HF_HOME": str(tmp_path / "hf-home"), "HF_HUB_OFFLINE": "0", "HF_TOKEN": token}
-
-
 def comparable(result) -> list[tuple]:
     """A check's findings, with each file named relative to its checkpoint (a path here, an address there)."""
     return [
-        (f["code"], f["severity"], f["tensor"], f["file"].rpartition("/")[2], f["message"])
+        (f["code"], f["severity"], f["tensor"], file_name(f["file"]), f["message"])
         for f in json.loads(result.stdout)["findings"]
     ]
 
 
 def check_both(checkpoint: Path, tmp_path: Path, *args: str):
     with serve_hub({"org/model": HubRepository({"main": checkpoint})}) as (endpoint, served):
-        remote = run_cli("check", "hf://org/model", "--json", *args, env=hub_env(endpoint, tmp_path))
+        remote = run_cli("check", "hf://org/model", "--json", *args, env=client_environment(endpoint, tmp_path))
     local = run_cli("check", checkpoint, "--json", *args)
     return local, remote, served
 
@@ -68,7 +64,7 @@ def test_a_v4_flash_sized_checkpoint_is_checked_from_under_1_percent_of_its_byte
 def test_the_text_summary_says_how_many_bytes_were_fetched(tmp_path):
     checkpoint = clean_checkpoint(tmp_path / "ckpt")
     with serve_hub({"org/model": HubRepository({"main": checkpoint})}) as (endpoint, served):
-        result = run_cli("check", "hf://org/model", env=hub_env(endpoint, tmp_path))
+        result = run_cli("check", "hf://org/model", env=client_environment(endpoint, tmp_path))
     assert result.returncode == 0
     assert result.stdout.splitlines()[0].startswith("hf://org/model: 3 shard(s), nvfp4-pack-quantized")
     assert f"Fetched {served.file_bytes} of the files' " in result.stdout.splitlines()[-1]
@@ -78,7 +74,7 @@ def test_a_revision_after_the_at_sign_is_the_one_checked(tmp_path):
     legacy = make_checkpoint(tmp_path / "legacy")
     clean = clean_checkpoint(tmp_path / "clean")
     with serve_hub({"org/model": HubRepository({"main": clean, "v1.0": legacy})}) as (endpoint, _):
-        env = hub_env(endpoint, tmp_path)
+        env = client_environment(endpoint, tmp_path)
         assert run_cli("check", "hf://org/model", env=env).returncode == 0
         assert run_cli("check", "hf://org/model@v1.0", env=env).returncode == 1
         missing = run_cli("check", "hf://org/model@v2.0", env=env)
@@ -89,8 +85,8 @@ def test_a_revision_after_the_at_sign_is_the_one_checked(tmp_path):
 def test_a_private_repository_needs_the_token_huggingface_hub_reads(tmp_path):
     checkpoint = clean_checkpoint(tmp_path / "ckpt")
     with serve_hub({"org/private": HubRepository({"main": checkpoint}, token="hf_secret")}) as (endpoint, _):
-        refused = run_cli("check", "hf://org/private", env=hub_env(endpoint, tmp_path))
-        allowed = run_cli("check", "hf://org/private", env=hub_env(endpoint, tmp_path, token="hf_secret"))
+        refused = run_cli("check", "hf://org/private", env=client_environment(endpoint, tmp_path))
+        allowed = run_cli("check", "hf://org/private", env=client_environment(endpoint, tmp_path, token="hf_secret"))
     assert refused.returncode == 2
     assert refused.stderr == (
         "scalar-scales: error: hf://org/private: repository not found, or private and this token has no access "
@@ -113,7 +109,7 @@ def test_a_corrupt_remote_shard_is_one_line_naming_its_address(tmp_path):
 def test_a_server_that_ignores_ranges_is_refused_without_reading_the_file(tmp_path):
     checkpoint = clean_checkpoint(tmp_path / "ckpt")
     with serve_hub({"org/model": HubRepository({"main": checkpoint}, ranges=False)}) as (endpoint, _):
-        result = run_cli("check", "hf://org/model", env=hub_env(endpoint, tmp_path))
+        result = run_cli("check", "hf://org/model", env=client_environment(endpoint, tmp_path))
     assert result.returncode == 2
     assert result.stderr.endswith("the server answered a range request with HTTP 200, not 206\n")
     assert len(result.stderr.splitlines()) == 1
