@@ -28,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+from scalar_scales_testkit.engine import KV_CACHE_BYTES, engine_environment, parallel_arguments
+
 PROMPTS = [[5 + i, 6 + i, 7 + i, 8 + i] for i in range(4)]
 RESULT = "serve_cpu result: "
 """Marks the measurement among what the engine's worker processes also print."""
@@ -37,12 +39,9 @@ def one(model: str, dtype: str, tokens: int, tensor_parallel: int) -> dict[str, 
     """Start an engine and decode; runs in its own process."""
     from vllm import LLM, SamplingParams
 
-    parallel = {}
-    if tensor_parallel > 1:
-        parallel = {"tensor_parallel_size": tensor_parallel, "distributed_executor_backend": "mp"}
     start = time.perf_counter()
     llm = LLM(model=model, dtype=dtype, max_model_len=256, max_num_seqs=4, enforce_eager=True,
-              kv_cache_memory_bytes=64 << 20, **parallel)
+              kv_cache_memory_bytes=KV_CACHE_BYTES, **parallel_arguments(tensor_parallel))
     started = time.perf_counter() - start
     params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
     llm.generate([{"prompt_token_ids": p} for p in PROMPTS], params, use_tqdm=False)  # warm-up
@@ -56,10 +55,7 @@ def one(model: str, dtype: str, tokens: int, tensor_parallel: int) -> dict[str, 
 def measure(model: Path, dtype: str, tokens: int, tensor_parallel: int = 1) -> dict[str, float]:
     """One engine in a fresh process: in-process for one rank; for more, vLLM's multiprocess executor, a worker
     per rank, each bound to its own core."""
-    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-    if tensor_parallel > 1:
-        cores = "|".join(map(str, range(tensor_parallel)))
-        env.update(VLLM_ENABLE_V1_MULTIPROCESSING="1", VLLM_CPU_OMP_THREADS_BIND=cores)
+    env = {**os.environ, **engine_environment(tensor_parallel)}
     command = [sys.executable, __file__, "--one", str(model), "--dtype", dtype, "--tokens", str(tokens),
                "--tensor-parallel", str(tensor_parallel)]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)

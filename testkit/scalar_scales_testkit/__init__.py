@@ -1,14 +1,29 @@
 """The test kit of scalar-scales: what the tests, scripts and benchmarks share, and the product's wheel does not ship.
 
+- ``broken``: one broken checkpoint per ``check`` rule.
 - ``checkpoints``: artifacts read through the product's torch-free header reader.
 - ``cli``: small synthetic checkpoints, byte snapshots and a runner for the command line.
+- ``engine``: how the engine tests and the serving benchmark start vLLM's engine, one rank or several.
+- ``hub_server``: a local server that answers as the Hugging Face Hub does, for ``check hf://``.
 - ``synthetic``: a DeepSeek-V4-Flash-shaped NVFP4 checkpoint written without torch.
 - ``producer``: the toy quantized through each llm-compressor save path, and loaded for reference.
 - ``roundtrip``: the round trip's artifacts, its fixed prompts and the results it records.
+- ``toys``: toy MoE architectures beyond the built-in Qwen3-MoE (OLMoE, Qwen2-MoE, DeepSeek-V3).
 - ``vllm_layers``: real vLLM MoE layers on the CPU, and loading into them.
 
 Each module imports only what its side needs (``producer`` needs llm-compressor, ``vllm_layers`` vLLM),
 so import the modules, not this package's names.
 """
 
-__all__ = ["checkpoints", "cli", "producer", "roundtrip", "synthetic", "vllm_layers"]
+__all__ = [
+    "broken",
+    "checkpoints",
+    "cli",
+    "engine",
+    "hub_server",
+    "producer",
+    "roundtrip",
+    "synthetic",
+    "toys",
+    "vllm_layers",
+]

@@ -22,6 +22,7 @@ import pytest
 pytest.importorskip("vllm", reason="engine tests run in the serving environment")
 
 from scalar_scales_testkit import vllm_layers  # noqa: E402
+from scalar_scales_testkit.engine import engine_environment  # noqa: E402
 from scalar_scales_testkit.roundtrip import artifacts_root, prompt_ids  # noqa: E402
 
 vllm_layers.select_cpu_platform()
@@ -101,10 +102,7 @@ def serve(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Served]:
             command = [sys.executable, str(SERVE), str(model), str(out), "--dtype", dtype,
                        "--prompts", json.dumps(prompt_ids()), "--tensor-parallel-size", str(tensor_parallel),
                        *(["--compiled"] if compiled else []), *(["--expert-parallel"] if expert_parallel else [])]
-            if tensor_parallel > 1:
-                multiprocessing = True
-                env = {"VLLM_CPU_OMP_THREADS_BIND": "|".join(map(str, range(tensor_parallel))), **env}
-            environment = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1" if multiprocessing else "0", **env}
+            environment = {**os.environ, **engine_environment(tensor_parallel, multiprocessing=multiprocessing), **env}
             result = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=600)
             produced = json.loads(out.read_text()) if result.returncode == 0 else {}
             cache[key] = Served(

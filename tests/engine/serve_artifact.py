@@ -5,7 +5,7 @@
 
 With a tensor-parallel size above 1, vLLM's own distributed engine runs: the
 multiprocess executor, one worker process per rank, the ranks talking over
-gloo and shared memory (set VLLM_CPU_OMP_THREADS_BIND, e.g. "0|1").
+gloo and shared memory (the environment: scalar_scales_testkit.engine).
 
 Writes this process's id, the greedy token ids of each prompt and, per prompt position after
 the first, the centred prompt log-probabilities over the whole vocabulary
@@ -19,9 +19,7 @@ import argparse
 import json
 import os
 
-KV_CACHE_BYTES = 64 << 20
-"""Set, not derived: the CPU backend otherwise sizes the cache from free memory minus this process's RSS, which a
-compiled engine on a loaded machine can push below zero."""
+from scalar_scales_testkit.engine import KV_CACHE_BYTES, parallel_arguments
 
 
 def main() -> None:
@@ -35,13 +33,6 @@ def main() -> None:
     parser.add_argument("--tensor-parallel-size", type=int, default=1)
     parser.add_argument("--expert-parallel", action="store_true", help="vLLM's enable_expert_parallel")
     args = parser.parse_args()
-    parallel = {}
-    if args.tensor_parallel_size > 1:
-        parallel = dict(
-            tensor_parallel_size=args.tensor_parallel_size,
-            distributed_executor_backend="mp",
-            enable_expert_parallel=args.expert_parallel,
-        )
 
     from vllm import LLM, SamplingParams
 
@@ -54,7 +45,7 @@ def main() -> None:
         enforce_eager=not args.compiled,
         kv_cache_memory_bytes=KV_CACHE_BYTES,
         max_logprobs=-1,
-        **parallel,
+        **parallel_arguments(args.tensor_parallel_size, args.expert_parallel),
     )
     vocab = llm.llm_engine.model_config.get_vocab_size()
     params = SamplingParams(max_tokens=args.max_tokens, temperature=0.0, prompt_logprobs=vocab)
