@@ -20,7 +20,11 @@ For each data size, in one run:
   ``deserialize``, every global scale's shape set to ``[]``,
   ``serialize_file`` to a temporary file, fsync, rename).
 
-    OMP_NUM_THREADS=1 python benchmarks/migrate.py --sizes 0.4 3.8
+    OMP_NUM_THREADS=1 python benchmarks/migrate.py --sizes 0.4 3.8 [--baseline TREE]
+
+``--baseline TREE`` also times, alternately with this tree's, the same
+commands run from another checkout of this project (an earlier commit, from
+``git worktree add TREE REV``), and prints this tree's time over TREE's.
 
 Targets (2-core machine): migrate <= 0.5 s as a command, flat in data size;
 check (all rules) <= 0.5 s as a command; an hf:// check fetches < 1% of the
@@ -40,9 +44,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from scalar_scales.checkpoint import is_global_scale
+from scalar_scales.doctor import diagnose
 from scalar_scales.migrate import migrate_checkpoint
-from scalar_scales.scan import scan_checkpoint
+from scalar_scales.nvfp4 import is_global_scale
+from scalar_scales.sources import open_local
 from scalar_scales_testkit.cli import run_cli
 from scalar_scales_testkit.hub_server import HubRepository, client_environment, serve_hub
 from scalar_scales_testkit.synthetic import write_synthetic_checkpoint
@@ -116,17 +121,28 @@ def remote_check(checkpoint: Path, root: Path, repeats: int) -> tuple[float, flo
     return seconds, 100 * fetched / sum(p.stat().st_size for p in checkpoint.iterdir())
 
 
-def measure(root: Path, gigabytes: float, repeats: int) -> dict[str, float]:
+BASELINED = ("check_legacy_command", "migrate_command", "check_command")
+"""The commands ``--baseline`` times from both trees."""
+
+
+def measure(root: Path, gigabytes: float, repeats: int, baseline: Path | None = None) -> dict[str, float]:
     checkpoint = write_synthetic_checkpoint(root / f"v4-{gigabytes}gb", data_bytes=int(gigabytes * 1e9))
     os.sync()  # otherwise migrate's first fsync pays for flushing the generator's data
     in_process, commands, checks, legacy_checks, check_in_process, reads = [], [], [], [], [], []
+    before: dict[str, list[float]] = {key: [] for key in BASELINED}
+    env = {"PYTHONPATH": str(baseline)}
     for _ in range(repeats):
         in_process.append(timed(lambda: migrate_checkpoint(checkpoint)))
         migrate_checkpoint(checkpoint, to="legacy")
+        if baseline is not None:
+            before["check_legacy_command"].append(timed(lambda: command("check", checkpoint, "--quiet", env=env)))
+            before["migrate_command"].append(timed(lambda: command("migrate", checkpoint, env=env)))
+            before["check_command"].append(timed(lambda: command("check", checkpoint, "--quiet", env=env)))
+            migrate_checkpoint(checkpoint, to="legacy")
         legacy_checks.append(timed(lambda: command("check", checkpoint, "--quiet")))
         commands.append(timed(lambda: command("migrate", checkpoint)))
         checks.append(timed(lambda: command("check", checkpoint, "--quiet")))
-        check_in_process.append(timed(lambda: scan_checkpoint(checkpoint, diagnose=True).findings))
+        check_in_process.append(timed(lambda: diagnose(open_local(checkpoint)).findings))
         reads.append(timed(lambda: safetensors_read(checkpoint)))
         migrate_checkpoint(checkpoint, to="legacy")
     remote_seconds, remote_share = remote_check(checkpoint, root, repeats)
@@ -147,6 +163,7 @@ def measure(root: Path, gigabytes: float, repeats: int) -> dict[str, float]:
         "check_remote_command": remote_seconds,
         "remote_fetched_percent": remote_share,
         "full_rewrite": rewrite_seconds,
+        **{f"baseline_{key}": statistics.median(times) for key, times in before.items() if times},
     }
 
 
@@ -155,11 +172,12 @@ def main() -> None:
     parser.add_argument("--sizes", type=float, nargs="+", default=[0.4, 3.8], help="data sizes in GB")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--workdir", help="where to write the checkpoints (default: a temporary folder)")
+    parser.add_argument("--baseline", type=Path, help="another checkout of this project, timed alternately")
     args = parser.parse_args()
     root = Path(args.workdir or tempfile.mkdtemp(prefix="scalar-scales-migrate-bench-"))
     root.mkdir(parents=True, exist_ok=True)
     try:
-        results = {size: measure(root, size, args.repeats) for size in args.sizes}
+        results = {size: measure(root, size, args.repeats, args.baseline) for size in args.sizes}
     finally:
         if not args.workdir:
             shutil.rmtree(root, ignore_errors=True)
@@ -187,6 +205,12 @@ def main() -> None:
     flat = largest["migrate_command"] / smallest["migrate_command"]
     print(f"migrate command time, largest/smallest data size: {flat:.2f}")
     print("targets (seconds):", ", ".join(f"{k} <= {v}" for k, v in TARGETS.items()))
+    if args.baseline is not None:
+        print(f"this tree / {args.baseline} (medians, run alternately; below 1 is faster)")
+        print(f"{'data':>6}  " + "  ".join(f"{key:>20}" for key in BASELINED))
+        for size, r in results.items():
+            ratios = "  ".join(f"{r[key] / r[f'baseline_{key}']:>20.3f}" for key in BASELINED)
+            print(f"{size:>5}G  {ratios}")
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ from compressed_tensors_patch.wrappers import (
     wrap_from_compression_config,
     wrap_update_config,
 )
-from scalar_scales.checkpoint import SCALAR_FORMAT_VERSION
+from scalar_scales.nvfp4 import SCALAR_FORMAT_VERSION
 from scalar_scales.patching import Patch, PatchSet, UnsupportedUpstreamError
 
 __all__ = [

@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from scalar_scales.checkpoint import CONFIG_NAME, checkpoint_files, declaration, is_global_scale, read_config
+from scalar_scales.nvfp4 import is_global_scale
+from scalar_scales.sources import CONFIG_NAME, declaration, read_config, resolve_checkpoint
 
 __all__ = ["main", "run_demo"]
 
@@ -98,7 +99,7 @@ def _comparison(legacy: tuple[str, Path], fixed: tuple[str, Path]) -> str:
 def _tensors(directory: Path) -> dict[str, Any]:
     from safetensors.torch import load_file
 
-    return {name: tensor for shard in checkpoint_files(directory) for name, tensor in load_file(shard).items()}
+    return {name: tensor for shard in resolve_checkpoint(directory).files for name, tensor in load_file(shard).items()}
 
 
 def _same_bytes(a: Any, b: Any) -> bool:

@@ -15,15 +15,9 @@ import json
 import os
 from pathlib import Path
 
-from scalar_scales.checkpoint import (
-    CONFIG_NAME,
-    FORMAT_VERSION_KEY,
-    SCALAR_FORMAT_VERSION,
-    is_global_scale,
-    read_config,
-    read_headers,
-)
-from scalar_scales.durable import replaced
+from scalar_scales.files import replaced
+from scalar_scales.nvfp4 import FORMAT_VERSION_KEY, SCALAR_FORMAT_VERSION, is_global_scale
+from scalar_scales.sources import CONFIG_NAME, read_config, read_headers
 
 __all__ = ["stamp_format_version", "written_format_version"]
 

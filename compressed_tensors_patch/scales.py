@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from scalar_scales.checkpoint import is_global_scale
+from scalar_scales.nvfp4 import is_global_scale
 
 __all__ = [
     "GlobalScaleShapeError",

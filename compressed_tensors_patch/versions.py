@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import os
 from collections.abc import Iterable
 from importlib import metadata
 from typing import Any
 
 from compressed_tensors_patch.tested_upstream import TESTED
+from scalar_scales.environment import switch
 from scalar_scales.patching import UnsupportedUpstreamError, import_dotted
 
 __all__ = [
@@ -95,7 +95,7 @@ def check_tested(targets: Iterable[str], *, name: str, warn: Any) -> str:
     if differing:
         described = "; ".join(map(_described, differing))
         message = f"{name}: the installed code of {described} differs from every tested release"
-        if os.environ.get(ALLOW_UNTESTED_ENV) != "1":
+        if not switch(ALLOW_UNTESTED_ENV):
             raise UnsupportedUpstreamError(f"{message}; nothing was patched ({ALLOW_UNTESTED_ENV}=1 tries anyway)")
         warn(f"{message}; patching anyway because {ALLOW_UNTESTED_ENV}=1")
     return ", ".join(sorted({distribution_of(target) for target in targets}))

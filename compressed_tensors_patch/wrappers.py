@@ -23,7 +23,7 @@ from compressed_tensors_patch.scales import (
     check_global_scales,
     restore_memory_layout_on_first_forward,
 )
-from scalar_scales.checkpoint import FORMAT_VERSION_KEY, LEGACY_FORMAT_VERSION, SCALAR_FORMAT_VERSION
+from scalar_scales.nvfp4 import FORMAT_VERSION_KEY, LEGACY_FORMAT_VERSION, SCALAR_FORMAT_VERSION
 
 __all__ = [
     "wrap_compress",

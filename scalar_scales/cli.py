@@ -11,14 +11,15 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-from scalar_scales import __version__
-from scalar_scales.check_report import SHOWN_PER_RULE, CheckReport
-from scalar_scales.hub import HubShards, is_hub_address, open_hub_checkpoint
-from scalar_scales.migrate import MigrationReport, migrate_checkpoint
-from scalar_scales.rules import selected_codes
-from scalar_scales.safetensors_header import CheckpointError
-from scalar_scales.scan import scan_checkpoint, scan_shards
+from scalar_scales.doctor import SHOWN_PER_RULE, CheckReport, diagnose, selected_codes
+from scalar_scales.environment import SwitchValueError
+from scalar_scales.errors import CheckpointError
+from scalar_scales.sources import HubShards, is_hub_address, open_checkpoint
+
+if TYPE_CHECKING:
+    from scalar_scales.migrate import MigrationReport
 
 __all__ = ["main"]
 
@@ -30,7 +31,7 @@ DESCRIPTION = (
 
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="scalar-scales", description=DESCRIPTION)
-    parser.add_argument("--version", action="version", version=f"scalar-scales {__version__}")
+    parser.add_argument("--version", action=_Version, nargs=0, help="print the version and exit")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     check = commands.add_parser(
@@ -78,6 +79,16 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Version(argparse.Action):
+    """``--version``, which reads the installed version only when asked (package metadata is slow to read)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option: Any = None) -> None:
+        import scalar_scales
+
+        print(f"scalar-scales {scalar_scales.__version__}")
+        parser.exit()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser()
     args = parser.parse_args(argv)
@@ -86,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _check(args, parser)
         if args.command == "migrate":
             return _migrate(args)
-    except CheckpointError as exc:
+    except (CheckpointError, SwitchValueError) as exc:
         print(f"scalar-scales: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
@@ -102,13 +113,9 @@ def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         codes = selected_codes(args.select, args.ignore)
     except ValueError as exc:
         parser.error(str(exc))
-    fetched: HubShards | None = None
-    if is_hub_address(args.path):
-        checkpoint, config, fetched = open_hub_checkpoint(args.path)
-        scan = scan_shards(checkpoint, config, fetched, include=args.include, diagnose=True)
-    else:
-        scan = scan_checkpoint(args.path, include=args.include, diagnose=True)
-    report = CheckReport(scan, codes, args.strict, fetched)
+    opened = open_checkpoint(args.path)
+    fetched = opened.source if isinstance(opened.source, HubShards) else None
+    report = CheckReport(diagnose(opened, include=args.include), codes, args.strict, fetched)
     if args.json:
         print(json.dumps(report.document(with_scales=args.list), indent=2, allow_nan=False))
     else:
@@ -124,6 +131,8 @@ def _migrate(args: argparse.Namespace) -> int:
             "migrate edits files in place, so it needs a local copy (hf download ORG/NAME --local-dir DIR); "
             "check reads hf:// addresses",
         )
+    from scalar_scales.migrate import migrate_checkpoint
+
     show_progress = not args.json and sys.stderr.isatty()
     report = migrate_checkpoint(
         args.path,

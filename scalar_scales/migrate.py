@@ -2,9 +2,10 @@
 
 The order of work is what makes it safe:
 
-1. Take the checkpoint's lock: ``flock`` on the real folder that holds its
-   shards, so two runs meet however the checkpoint is spelled (the folder,
-   a file in it, a link). Remove temporary files a killed run left.
+1. Take the checkpoint's lock (:mod:`scalar_scales.system.lock`), on the
+   real folder that holds its shards, so two runs meet however the
+   checkpoint is spelled (the folder, a file in it, a link). Remove
+   temporary files a killed run left.
 2. Read and validate every shard and plan every header edit in memory;
    check each planned header; check every file can be written. Any problem
    raises :class:`CheckpointError` here, before a byte is written.
@@ -25,31 +26,28 @@ happened to; a failed write leaves no temporary file behind.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import stat
 import struct
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scalar_scales.checkpoint import (
-    LEGACY_FORMAT_VERSION,
-    NVFP4_FORMAT,
-    SCALAR_FORMAT_VERSION,
-    Checkpoint,
-    resolve_checkpoint,
-)
-from scalar_scales.config_marker import set_format_version
-from scalar_scales.durable import os_errors_named, remove_stale, replaced
-from scalar_scales.header_edit import HeaderEdit, Layout
-from scalar_scales.safetensors_header import CheckpointError
-from scalar_scales.scan import CheckpointScan, scan_checkpoint
+from scalar_scales.errors import CheckpointError
+from scalar_scales.files.config_marker import set_format_version
+from scalar_scales.files.durable import os_errors_named, remove_stale, replaced
+from scalar_scales.files.header import SafetensorsHeader
+from scalar_scales.files.header_edit import HeaderEdit, Layout, plan_header_edit
+from scalar_scales.nvfp4 import LEGACY_FORMAT_VERSION, NVFP4_FORMAT, SCALAR_FORMAT_VERSION
+from scalar_scales.scan import CheckpointScan, ShardScales, scan_shards
+from scalar_scales.sources.local import Checkpoint, open_local, resolve_checkpoint
+from scalar_scales.system.fileops import copy_range, write_at
+from scalar_scales.system.lock import FolderLocked, folder_lock
 
-__all__ = ["MigrationReport", "checkpoint_lock", "migrate_checkpoint"]
+__all__ = ["EditPlanner", "MigrationReport", "checkpoint_lock", "migrate_checkpoint"]
 
 Progress = Callable[[int, int], None]
 
@@ -96,21 +94,27 @@ class MigrationReport:
 
 
 @contextmanager
-def checkpoint_lock(checkpoint: Checkpoint) -> Iterator[int]:
-    """Hold an exclusive, non-blocking ``flock`` on the checkpoint's real folder; no lock file is created.
-
-    Yields the descriptor that holds the lock: a forked worker that keeps it
-    open would keep the lock after this process dies.
-    """
-    fd = os.open(checkpoint.folder, os.O_RDONLY | os.O_CLOEXEC)
-    try:
+def checkpoint_lock(checkpoint: Checkpoint) -> Iterator[None]:
+    """Hold the lock of the checkpoint's real folder, or refuse: another migrate is running on it. An OS error
+    while taking the lock names the folder; one in the block is the block's own."""
+    with ExitStack() as held:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            with os_errors_named(checkpoint.folder, "lock"):
+                held.enter_context(folder_lock(checkpoint.folder))
+        except FolderLocked:
             raise CheckpointError(checkpoint.root, "another migrate is running on this checkpoint") from None
-        yield fd
-    finally:
-        os.close(fd)
+        yield
+
+
+@dataclass(frozen=True)
+class EditPlanner:
+    """The work a migration gives each shard's job (:class:`scalar_scales.scan.ShardWork`): the header edit
+    that puts its scales into layout ``to``, or None where none is needed."""
+
+    to: Layout
+
+    def __call__(self, header: SafetensorsHeader, scales: ShardScales) -> HeaderEdit | None:
+        return plan_header_edit(header, scales.indices, self.to)
 
 
 def migrate_checkpoint(
@@ -124,10 +128,10 @@ def migrate_checkpoint(
 ) -> MigrationReport:
     """Put every per-tensor scale in scope into layout ``to`` and declare it in ``config.json``."""
     checkpoint = resolve_checkpoint(path)
-    with checkpoint_lock(checkpoint) as lock:
+    with checkpoint_lock(checkpoint):
         if not dry_run:
             _remove_stale_temporary_files(checkpoint)
-        scan = scan_checkpoint(checkpoint, include=include, read_values=False, plan_to=to, close_in_workers=[lock])
+        scan = scan_shards(open_local(checkpoint), include=include, read_values=False, work=EditPlanner(to))
         report = _plan(scan, to, include, dry_run)
         if dry_run:
             return report
@@ -156,7 +160,8 @@ def _plan(scan: CheckpointScan, to: Layout, include: Sequence[str], dry_run: boo
             f"quantization format is {scan.quantization_format!r}, not {NVFP4_FORMAT}; migrate changes NVFP4 "
             "global scales only, unless --include GLOB names other per-tensor scales",
         )
-    report = MigrationReport(scan.checkpoint, to, dry_run, scales_total=scan.scale_count, edits=scan.edits)
+    edits = [shard.work for shard in scan.shards if shard.work is not None]
+    report = MigrationReport(scan.checkpoint, to, dry_run, scales_total=scan.scale_count, edits=edits)
     if scan.config is not None and scan.is_nvfp4:
         report.format_version_before = scan.declared_format_version
         report.format_version_after = SCALAR_FORMAT_VERSION if to == "scalar" else LEGACY_FORMAT_VERSION
@@ -226,7 +231,7 @@ def _edit_in_place(edit: HeaderEdit) -> None:
     with os_errors_named(edit.path, "write"):
         fd = os.open(edit.path, os.O_RDWR)
         try:
-            os.pwrite(fd, edit.new_raw[begin:end], 8 + begin)
+            write_at(fd, edit.new_raw[begin:end], 8 + begin)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -240,12 +245,8 @@ def _rewrite(edit: HeaderEdit) -> None:
         target.write(struct.pack("<Q", len(edit.new_raw)) + edit.new_raw)
         target.flush()
         size = os.fstat(source.fileno()).st_size - data_start
-        offset = 0
-        while offset < size:
-            copied = os.copy_file_range(source.fileno(), target.fileno(), size - offset, data_start + offset)
-            if copied == 0:
-                raise CheckpointError(shard, "ended while being copied")
-            offset += copied
+        if copy_range(source.fileno(), target.fileno(), data_start, size) != size:
+            raise CheckpointError(shard, "ended while being copied")
 
 
 def _verify(report: MigrationReport) -> None:

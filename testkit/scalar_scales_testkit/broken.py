@@ -15,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from scalar_scales.checkpoint import CONFIG_NAME, INDEX_NAME
 from scalar_scales.migrate import migrate_checkpoint
+from scalar_scales.sources import CONFIG_NAME, INDEX_NAME
 from scalar_scales_testkit.cli import make_checkpoint, rewrite_header
 
 __all__ = ["CORPUS", "BrokenCase", "clean_checkpoint", "rewrite_shard", "shard_of"]

@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from scalar_scales.checkpoint import is_global_scale, read_headers
-from scalar_scales.safetensors_header import TensorEntry
+from scalar_scales.files import TensorEntry
+from scalar_scales.nvfp4 import is_global_scale
+from scalar_scales.sources import read_headers
 
 __all__ = ["described", "global_scale_shapes", "quantization_config", "tensor_bytes", "tensor_entries"]
 

@@ -9,13 +9,15 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from scalar_scales_testkit.synthetic import write_synthetic_checkpoint
 
 __all__ = [
     "assert_migrate_refuses",
+    "holding_the_lock",
     "data_digest",
     "edit_header_text",
     "make_checkpoint",
@@ -116,3 +118,30 @@ def assert_migrate_refuses(target: Path, watched: Path, *fragments: str) -> None
     assert result.returncode == 2
     assert all(fragment in result.stderr for fragment in fragments), result.stderr
     assert snapshot(watched) == before
+
+
+@contextmanager
+def holding_the_lock(checkpoint: Path, env: dict[str, str] | None = None) -> Iterator[None]:
+    """Another process holds ``checkpoint``'s migrate lock for the block, as a running migrate does."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from scalar_scales.sources import resolve_checkpoint\n"
+            "from scalar_scales.migrate import checkpoint_lock\n"
+            "with checkpoint_lock(resolve_checkpoint(sys.argv[1])):\n"
+            "    print('locked', flush=True)\n"
+            "    time.sleep(60)\n",
+            str(checkpoint),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        yield
+    finally:
+        holder.kill()
+        holder.wait()

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import torch
 
-from scalar_scales.checkpoint import is_global_scale
+from scalar_scales.nvfp4 import is_global_scale
 
 __all__ = [
     "FORMS",

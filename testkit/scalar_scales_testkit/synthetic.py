@@ -18,7 +18,7 @@ import random
 import struct
 from pathlib import Path
 
-from scalar_scales.checkpoint import CONFIG_NAME, INDEX_NAME
+from scalar_scales.sources import CONFIG_NAME, INDEX_NAME
 
 __all__ = ["V4_FLASH", "nvfp4_checkpoint_config", "write_synthetic_checkpoint"]
 

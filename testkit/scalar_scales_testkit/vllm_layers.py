@@ -11,22 +11,24 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import shutil
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
-import vllm_patch
 from scalar_scales_testkit.checkpoints import tensor_entries
 from scalar_scales_testkit.roundtrip import checkpoint_tensors
-from vllm_patch.nvfp4_emulation import MOE_METHOD_MODULE
+from vllm_patch.nvfp4_emulation import MOE_PATCHES
 
 __all__ = [
     "EXPERT_TENSOR",
     "SHARDS",
     "build_moe_layer",
+    "changed_vllm",
+    "compressed_tensors_fake_quantize",
     "expert_tensors",
     "free_port",
     "init_distributed",
@@ -125,8 +127,7 @@ def build_moe_layer(artifact: Path, prefix: str, vllm_config: Any = None) -> tor
         intermediate_size=config.get("moe_intermediate_size") or config["intermediate_size"],
         quant_config=quant_config,
     )
-    emulation = vllm_patch.emulation_patches(MOE_METHOD_MODULE)
-    with set_current_vllm_config(vllm_config or VllmConfig()), emulation.applied():
+    with set_current_vllm_config(vllm_config or VllmConfig()), MOE_PATCHES.applied():
         if is_routed_experts():
             from vllm.model_executor.layers.fused_moe.layer import FusedMoEFactory
 
@@ -179,3 +180,46 @@ def load_into_layer(layer: torch.nn.Module, weights: list[tuple[str, torch.Tenso
             break
         else:
             raise AssertionError(f"no vLLM expert mapping for {name}")
+
+
+def changed_vllm(folder: Path, module: str, change: Callable[[str], str]) -> Path:
+    """A copy of the installed vLLM, in ``folder``, whose ``module`` (dotted) has the source ``change`` makes of it,
+    as a release that changed that code would have: put ``folder`` first on ``PYTHONPATH`` to run it.
+
+    Every other file is a link to the installed one (vLLM is hundreds of megabytes), and its distribution's
+    metadata comes along, so versions and entry points read as they do.
+    """
+    import vllm
+
+    package = Path(vllm.__file__).parent
+    changed = Path(*module.split(".")[1:]).with_suffix(".py")
+    (folder / "vllm").mkdir(parents=True)
+    for source in sorted(package.rglob("*")):
+        relative = source.relative_to(package)
+        if "__pycache__" in relative.parts:
+            continue
+        target = folder / "vllm" / relative
+        if source.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+        elif relative == changed:
+            text = source.read_text()
+            new = change(text)
+            assert new != text, f"the change left {module} as it was"
+            target.write_text(new)
+        else:
+            target.symlink_to(source)
+    for info in package.parent.glob("vllm*.dist-info"):
+        shutil.copytree(info, folder / info.name)
+    return folder
+
+
+def compressed_tensors_fake_quantize(x: torch.Tensor, global_scale: torch.Tensor) -> torch.Tensor:
+    """The reference: compressed-tensors' own dynamic NVFP4 activation quantization, as its W4A4 layers run it."""
+    from compressed_tensors.quantization import preset_name_to_scheme
+    from compressed_tensors.quantization.lifecycle.forward import fake_quantize
+    from compressed_tensors.quantization.utils import compute_dynamic_scales_and_zp
+
+    args = preset_name_to_scheme("NVFP4", ["Linear"]).input_activations
+    global_scale = global_scale.reshape(1).float()
+    scale, zero_point = compute_dynamic_scales_and_zp(value=x, args=args, module=None, global_scale=global_scale)
+    return fake_quantize(x=x, scale=scale, zero_point=zero_point, args=args, global_scale=global_scale)

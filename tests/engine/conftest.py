@@ -99,9 +99,20 @@ def serve(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Served]:
         key = (str(model), dtype, multiprocessing, compiled, parallel, tuple(sorted(env.items())))
         if key not in cache:
             out = root / f"{len(cache)}.json"
-            command = [sys.executable, str(SERVE), str(model), str(out), "--dtype", dtype,
-                       "--prompts", json.dumps(prompt_ids()), "--tensor-parallel-size", str(tensor_parallel),
-                       *(["--compiled"] if compiled else []), *(["--expert-parallel"] if expert_parallel else [])]
+            command = [
+                sys.executable,
+                str(SERVE),
+                str(model),
+                str(out),
+                "--dtype",
+                dtype,
+                "--prompts",
+                json.dumps(prompt_ids()),
+                "--tensor-parallel-size",
+                str(tensor_parallel),
+                *(["--compiled"] if compiled else []),
+                *(["--expert-parallel"] if expert_parallel else []),
+            ]
             environment = {**os.environ, **engine_environment(tensor_parallel, multiprocessing=multiprocessing), **env}
             result = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=600)
             produced = json.loads(out.read_text()) if result.returncode == 0 else {}

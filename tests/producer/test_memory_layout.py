@@ -7,7 +7,7 @@ from llmcompressor import oneshot
 
 import compressed_tensors_patch
 from compressed_tensors_patch import toy_moe
-from scalar_scales.checkpoint import is_global_scale
+from scalar_scales.nvfp4 import is_global_scale
 from scalar_scales_testkit.producer import load_bf16, load_reference
 
 

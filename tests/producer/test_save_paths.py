@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scalar_scales.checkpoint import is_global_scale
+from scalar_scales.nvfp4 import is_global_scale
 from scalar_scales_testkit.checkpoints import global_scale_shapes, tensor_bytes, tensor_entries
 from scalar_scales_testkit.producer import SAVE_PATH_CASES as CASES
 

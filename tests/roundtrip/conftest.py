@@ -1,6 +1,4 @@
-"""Fixtures for the round trip: the artifacts that scripts/make_artifacts.py wrote, handed over as files.
-
-"""
+"""Fixtures for the round trip: the artifacts that scripts/make_artifacts.py wrote, handed over as files."""
 
 from __future__ import annotations
 

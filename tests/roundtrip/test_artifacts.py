@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 
-from scalar_scales.checkpoint import CONFIG_NAME, declaration, is_global_scale, read_config
+from scalar_scales.nvfp4 import is_global_scale
+from scalar_scales.sources import CONFIG_NAME, declaration, read_config
 from scalar_scales_testkit.checkpoints import described, quantization_config, tensor_bytes, tensor_entries
 from scalar_scales_testkit.cli import run_cli
 from scalar_scales_testkit.roundtrip import MIGRATED, Result

@@ -34,7 +34,7 @@ from scalar_scales_testkit.roundtrip import (  # noqa: E402
 )
 
 CONSUMER = f"transformers {transformers.__version__} + compressed-tensors {compressed_tensors.__version__}"
-from scalar_scales.checkpoint import is_global_scale  # noqa: E402
+from scalar_scales.nvfp4 import is_global_scale  # noqa: E402
 
 FIXES = {False: "none", True: "compressed_tensors_patch"}
 MAX_UNPATCHED_RELATIVE_DIFFERENCE = 2**-7
@@ -69,9 +69,6 @@ def load(artifact: Artifact, patched: bool, prompt_ids: torch.Tensor) -> Loaded:
     result.scales_digest = scales_digest(scales)
     result.details["memory_shape"] = " ".join(sorted({str(tuple(t.shape)) for t in scales.values()}))
     return Loaded(result, quantized_weights(params), logits)
-
-
-
 
 
 def compare_with_legacy(entry: Loaded, legacy: Loaded | None) -> str:

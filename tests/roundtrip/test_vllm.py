@@ -23,7 +23,7 @@ import torch  # noqa: E402
 import vllm  # noqa: E402
 
 import vllm_patch  # noqa: E402
-from scalar_scales.checkpoint import is_global_scale  # noqa: E402
+from scalar_scales.nvfp4 import is_global_scale  # noqa: E402
 from scalar_scales_testkit.roundtrip import (  # noqa: E402
     Artifact,
     Result,

@@ -27,7 +27,7 @@ def main(rank: int, world: int, port: int, artifact: Path, prefix: str, plugin: 
     from vllm.config import ParallelConfig, VllmConfig, set_current_vllm_config
 
     import vllm_patch
-    from scalar_scales.checkpoint import is_global_scale
+    from scalar_scales.nvfp4 import is_global_scale
 
     if plugin:
         vllm_patch.apply()

@@ -8,7 +8,9 @@ import torch
 import vllm_patch
 from scalar_scales.patching import import_dotted
 from scalar_scales_testkit.roundtrip import checkpoint_tensors
+from scalar_scales_testkit.vllm_layers import compressed_tensors_fake_quantize
 from vllm_patch import nvfp4_emulation
+from vllm_patch.nvfp4_emulation import MOE_PATCHES
 
 PREFIX = "model.layers.0.mlp.experts.3.down_proj"
 PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
@@ -51,7 +53,7 @@ def test_activation_fake_quantization_uses_the_global_scale(legacy_nvfp4):
 
 @pytest.mark.parametrize("module", list(nvfp4_emulation.EMULATION_PATCHES))
 def test_emulation_patches_revert_exactly(module):
-    patches = nvfp4_emulation.EMULATION_PATCHES[module]
+    patches = nvfp4_emulation.EMULATION_PATCHES[module].patches
     originals = [vars(import_dotted(p.owner))[p.attribute] for p in patches]
     vllm_patch.apply_emulation(module)
     assert all(vars(import_dotted(p.owner))[p.attribute] is not o for p, o in zip(patches, originals, strict=True))
@@ -63,10 +65,10 @@ def test_an_emulated_moe_method_is_marked_when_built_and_a_plain_one_is_not(lega
     from scalar_scales_testkit.vllm_layers import build_moe_layer
 
     emulated = build_moe_layer(legacy_nvfp4, layer0).quant_method
-    assert nvfp4_emulation._is_emulated(emulated)
+    assert nvfp4_emulation.is_emulated(emulated)
     emulated.__dict__.pop("_scalar_scales_emulated")
     emulated.experts_cls = None
-    assert not nvfp4_emulation._is_emulated(emulated), "a missing experts class alone never means emulated"
+    assert not nvfp4_emulation.is_emulated(emulated), "a missing experts class alone never means emulated"
 
 
 @pytest.fixture
@@ -76,7 +78,7 @@ def emulated_layer(legacy_nvfp4, layer0):
 
     layer = build_moe_layer(legacy_nvfp4, layer0)
     load_into_layer(layer, expert_tensors(legacy_nvfp4, layer0))
-    with vllm_patch.emulation_patches(nvfp4_emulation.MOE_METHOD_MODULE).applied():
+    with MOE_PATCHES.applied():
         layer.quant_method.process_weights_after_loading(layer)
         yield layer
 
@@ -106,18 +108,6 @@ def test_router_weights_on_the_input_need_a_single_expert_per_token(emulated_lay
     x, weights, ids = routed(layer.hidden_size, layer.global_num_experts, top_k=2)
     with pytest.raises(NotImplementedError, match="only implemented for topk=1"):
         layer.quant_method.apply(layer, x, weights, ids, None, None)
-
-
-def compressed_tensors_fake_quantize(x: torch.Tensor, global_scale: torch.Tensor) -> torch.Tensor:
-    """The reference: compressed-tensors' own dynamic NVFP4 activation quantization, as its W4A4 layers run it."""
-    from compressed_tensors.quantization import preset_name_to_scheme
-    from compressed_tensors.quantization.lifecycle.forward import fake_quantize
-    from compressed_tensors.quantization.utils import compute_dynamic_scales_and_zp
-
-    args = preset_name_to_scheme("NVFP4", ["Linear"]).input_activations
-    global_scale = global_scale.reshape(1).float()
-    scale, zero_point = compute_dynamic_scales_and_zp(value=x, args=args, module=None, global_scale=global_scale)
-    return fake_quantize(x=x, scale=scale, zero_point=zero_point, args=args, global_scale=global_scale)
 
 
 FP4_TIES = [0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, 0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
@@ -174,11 +164,9 @@ def nvfp4a16_layer(legacy_nvfp4a16, layer0):
     from scalar_scales_testkit.vllm_layers import build_moe_layer, expert_tensors, load_into_layer
 
     layer = build_moe_layer(legacy_nvfp4a16, layer0)
-    if vllm_kernel_expected(layer.quant_method.moe) and not hasattr(torch.ops._C, "cpu_fused_moe"):
-        pytest.skip("vLLM's CPU MoE kernel is not built here (vLLM's sources over another build)")
     load_into_layer(layer, expert_tensors(legacy_nvfp4a16, layer0))
     default = torch.get_default_dtype()
-    with vllm_patch.emulation_patches(nvfp4_emulation.MOE_METHOD_MODULE).applied():
+    with MOE_PATCHES.applied():
         torch.set_default_dtype(layer.quant_method.moe.in_dtype)
         try:
             layer.quant_method.process_weights_after_loading(layer)
@@ -190,12 +178,13 @@ def nvfp4a16_layer(legacy_nvfp4a16, layer0):
 def vllm_kernel_expected(moe) -> type | None:
     """The experts class of vLLM's unquantized MoE kernel that an NVFP4A16 layer should be handed to, or None:
     not where vLLM's unquantized CPU MoE is monolithic (0.23: it routes by itself), not under expert
-    parallelism, and not AMX experts where the OS refuses AMX."""
+    parallelism, not AMX experts where the OS refuses AMX, and not where vLLM's CPU MoE kernel is not built (vLLM
+    0.33's sources over a build without CPU kernels)."""
     from vllm.model_executor.layers.fused_moe.oracle.unquantized import select_unquantized_moe_backend
     from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
 
     _, experts = select_unquantized_moe_backend(moe_config=moe)
-    if UnquantizedFusedMoEMethod(moe).is_monolithic or moe.use_ep:
+    if UnquantizedFusedMoEMethod(moe).is_monolithic or moe.use_ep or not hasattr(torch.ops._C, "cpu_fused_moe"):
         return None
     return None if getattr(experts, "isa", None) == "amx" and not torch.cpu._init_amx() else experts
 
@@ -231,8 +220,60 @@ def test_nvfp4a16_experts_compute_the_checkpoints_mlps(nvfp4a16_layer, legacy_nv
     torch.testing.assert_close(found.float(), expected, rtol=2e-2, atol=2e-2 * expected.abs().max().item())
 
 
-def test_nvfp4a16_experts_run_vllms_unquantized_kernel_where_it_can_run_them(nvfp4a16_layer):
+def test_nvfp4a16_experts_run_in_vllms_unquantized_kernel_where_it_can_run_them_else_in_the_emulation(
+    nvfp4a16_layer,
+):
     method = nvfp4a16_layer.quant_method
     expected = vllm_kernel_expected(method.moe)
-    found = None if method.moe_kernel is None else type(method.moe_kernel.fused_experts)
-    assert found is expected
+    if expected is None:
+        assert method.moe_kernel is None and method.experts_cls is nvfp4_emulation.moe._EmulatedExperts
+    else:
+        assert method.moe_kernel is not None and type(method.moe_kernel.fused_experts) is expected
+
+
+def test_a_fused_layer_computes_each_partition_with_its_own_global_scales(legacy_nvfp4):
+    """A real q|k|v ``QKVParallelLinear``, loaded through vLLM's weight loader, with k's weight and input global
+    scales set apart from q's and v's: its weight is each partition decompressed by compressed-tensors with its
+    own weight global scale, and its output each partition's input fake-quantized with its own input scale."""
+    import json
+
+    from compressed_tensors.compressors.nvfp4.base import NVFP4PackedCompressor
+    from compressed_tensors.quantization import preset_name_to_scheme
+    from vllm.model_executor.layers.linear import QKVParallelLinear
+    from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import CompressedTensorsConfig
+
+    from vllm_patch.nvfp4_emulation import LINEAR_PATCHES
+
+    config = json.loads((legacy_nvfp4 / "config.json").read_text())
+    prefix = "model.layers.0.self_attn"
+    parts = {p: module_tensors(legacy_nvfp4, f"{prefix}.{p}") for p in ("q_proj", "k_proj", "v_proj")}
+    parts["k_proj"]["weight_global_scale"] = parts["k_proj"]["weight_global_scale"] * 2
+    parts["k_proj"]["input_global_scale"] = parts["k_proj"]["input_global_scale"] * 2
+    with LINEAR_PATCHES.applied():
+        layer = QKVParallelLinear(
+            config["hidden_size"],
+            config["head_dim"],
+            config["num_attention_heads"],
+            config["num_key_value_heads"],
+            bias=False,
+            quant_config=CompressedTensorsConfig.from_config(config["quantization_config"]),
+            prefix=f"{prefix}.qkv_proj",
+        )
+        for shard, tensors in zip("qkv", parts.values(), strict=True):
+            for name, tensor in tensors.items():
+                parameter = getattr(layer, name)
+                parameter.weight_loader(parameter, tensor, shard)
+        layer.quant_method.process_weights_after_loading(layer)
+        x = torch.randn(8, config["hidden_size"], generator=torch.Generator().manual_seed(0)).bfloat16()
+        out = layer(x)[0]
+    scheme = preset_name_to_scheme("NVFP4", ["Linear"])
+    weights = [NVFP4PackedCompressor.decompress(dict(t), scheme)["weight"] for t in parts.values()]
+    assert torch.equal(layer.weight.data, torch.cat(weights).to(layer.weight.dtype))
+    expected = torch.cat(
+        [
+            torch.nn.functional.linear(compressed_tensors_fake_quantize(x, t["input_global_scale"]), w.to(x.dtype))
+            for t, w in zip(parts.values(), weights, strict=True)
+        ],
+        dim=-1,
+    )
+    assert torch.equal(out, expected)

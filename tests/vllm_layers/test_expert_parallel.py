@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from scalar_scales.checkpoint import is_global_scale
+from scalar_scales.nvfp4 import is_global_scale
 from scalar_scales_testkit.roundtrip import first_artifact, global_scales_on_disk
 from scalar_scales_testkit.vllm_layers import EXPERT_TENSOR, free_port
 
@@ -28,7 +28,7 @@ def run_ranks(model: Path, layer: str, plugin: bool, tmp_path: Path) -> list[dic
     """Start every rank, wait for all (a rank left alone would wait for its peer forever), read what each saw."""
     port = free_port()
     outs = [tmp_path / f"rank{rank}.json" for rank in range(WORLD)]
-    logs = [open(tmp_path / f"rank{rank}.log", "w") for rank in range(WORLD)]  # noqa: SIM115
+    logs = [open(tmp_path / f"rank{rank}.log", "w") for rank in range(WORLD)]
     arguments = [str(WORLD), str(port), str(model), layer, "1" if plugin else "0"]
     ranks = [
         subprocess.Popen([sys.executable, RANK, str(rank), *arguments, str(outs[rank])], stdout=log, stderr=log)

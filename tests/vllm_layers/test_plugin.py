@@ -1,19 +1,23 @@
-"""The plugin: discovered through vLLM's entry point, switched off by VLLM_PLUGINS, idempotent, exact revert."""
+"""The plugin: discovered through vLLM's entry point, only registers, switched off by VLLM_PLUGINS, idempotent,
+exact revert, and a warning line with nothing patched where it does not recognise vLLM's code."""
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 import sys
 from importlib import metadata
+from pathlib import Path
 
 import pytest
 
 import vllm_patch
 from scalar_scales.patching import import_dotted
-from scalar_scales_testkit.vllm_layers import is_routed_experts
+from scalar_scales_testkit.vllm_layers import changed_vllm, is_routed_experts
 from vllm_patch.loaders import plan_loader_patches
+from vllm_patch.targets import EMULATED_MODULES
 
 # vLLM 0.32 configures its log handlers when an engine starts; a bare discovery needs one to show INFO.
 DISCOVER = (
@@ -27,13 +31,28 @@ DISCOVER = (
     "print('applied:', vllm_patch.is_applied())\n"
 )
 
+EMULATION_STATE = (
+    "print('emulation imported:', any(m.startswith('vllm_patch.nvfp4_emulation') for m in sys.modules))\n"
+    "import torch\n"
+    "print('ops registered:', [op for op in ('nvfp4_emulated_linear', 'nvfp4_emulated_experts')"
+    " if hasattr(torch.ops.scalar_scales, op)])\n"
+)
+"""What a process has of the emulation: its modules, and the torch ops that importing them registers."""
 
-def discover(**env: str) -> str:
+IMPORT_NVFP4_CODE = "".join(f"import {module}\n" for module in EMULATED_MODULES)
+"""vLLM importing the NVFP4 code the emulation patches, as it does when it builds an NVFP4 model."""
+
+
+def python(code: str, **env: str) -> str:
     result = subprocess.run(
-        [sys.executable, "-c", DISCOVER], env={**os.environ, **env}, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0, result.stderr[-2000:]
     return result.stdout + result.stderr
+
+
+def discover(**env: str) -> str:
+    return python(DISCOVER, **env)
 
 
 def test_the_entry_point_is_in_vllm_general_plugins():
@@ -54,29 +73,71 @@ def test_registering_imports_no_loader_and_patches_nothing_yet():
     assert "applied before the loader is imported: False" in output
 
 
+def test_importing_the_plugin_imports_no_emulation_and_registers_no_torch_op():
+    output = python("import sys\nimport vllm_patch\n" + EMULATION_STATE)
+    assert "emulation imported: False" in output
+    assert "ops registered: []" in output
+
+
+def test_off_the_cpu_platform_register_imports_no_emulation_even_once_vllm_imports_its_nvfp4_code():
+    """A GPU process: vLLM's own platform class for an unrecognised device, not the CPU's."""
+    code = (
+        "import sys\n"
+        "import vllm.platforms as platforms\n"
+        "from vllm.platforms.interface import UnspecifiedPlatform\n"
+        "platforms._current_platform = UnspecifiedPlatform()\n"
+        "import vllm_patch; vllm_patch.register()\n" + IMPORT_NVFP4_CODE + EMULATION_STATE
+    )
+    output = python(code)
+    assert "emulation imported: False" in output
+    assert "ops registered: []" in output
+
+
+def test_on_the_cpu_platform_the_emulation_is_imported_once_vllm_imports_its_nvfp4_code():
+    code = (
+        "import sys\n"
+        "import vllm.platforms as platforms\n"
+        "from vllm.platforms.cpu import CpuPlatform\n"
+        "platforms._current_platform = CpuPlatform()\n"
+        "import vllm_patch; vllm_patch.register()\n" + EMULATION_STATE + IMPORT_NVFP4_CODE + EMULATION_STATE
+    )
+    before, after = python(code).split("emulation imported:")[1:]
+    assert before.startswith(" False") and "ops registered: []" in before
+    assert after.startswith(" True") and "ops registered: ['nvfp4_emulated_linear', 'nvfp4_emulated_experts']" in after
+
+
 def test_vllm_plugins_without_us_patches_nothing():
     output = discover(VLLM_PLUGINS="some_other_plugin")
     assert "applied: False" in output
     assert "scalar-scales" not in output
 
 
-def test_register_logs_one_line_with_the_version_and_each_method(caplog):
+def test_register_logs_one_line_naming_the_version_each_method_and_what_its_wrapper_does(caplog):
+    """In a process that has imported vLLM's MoE loader, as every process that loads a MoE model has."""
+    import_dotted(plan_loader_patches().owner)
     with caplog.at_level(logging.INFO, logger="vllm.scalar_scales"):
         vllm_patch.register()
         vllm_patch.register()
     (record,) = [r for r in caplog.records if r.name == "vllm.scalar_scales"]
-    message = record.getMessage()
     owner = "RoutedExperts" if is_routed_experts() else "FusedMoE"
-    assert message.startswith("scalar-scales: vLLM 0.")
-    assert f" {owner}: patched _load_per_tensor_weight_scale, _load_single_value, " in message
-    assert "_load_per_channel_weight_scale, _load_w2" in message
+    assert re.fullmatch(
+        rf"scalar-scales: vLLM 0\.\d+\.\d+ {owner}: patched "
+        r"_load_per_tensor_weight_scale, _load_single_value \(a scale of more than one value is refused, named; "
+        r"one value goes in as upstream writes it\); "
+        r"_load_per_channel_weight_scale, _load_w2 \(a \(1,\) scale bound for a 0-D slot goes in as 0-D, where "
+        r"upstream's copy_ refuses it\)",
+        record.getMessage(),
+    ), record.getMessage()
 
 
-def test_register_is_idempotent():
+def test_register_twice_patches_once():
+    originals = [p.resolve()[1] for p in plan_loader_patches().patches]
     vllm_patch.register()
     first = [vars(import_dotted(p.owner))[p.attribute] for p in plan_loader_patches().patches]
     vllm_patch.register()
+    assert vllm_patch.is_applied()
     assert [vars(import_dotted(p.owner))[p.attribute] for p in plan_loader_patches().patches] == first
+    assert all(patched.__wrapped__ is getattr(o, "__func__", o) for patched, o in zip(first, originals, strict=True))
 
 
 def test_a_path_vllm_already_coerces_keeps_upstream_s_coercion_and_is_reported():
@@ -95,6 +156,7 @@ def test_revert_restores_every_method_exactly():
     owner = import_dotted(plan.owner)
     before = dict(vars(owner))
     vllm_patch.apply()
+    assert all(vars(owner)[p.attribute] is not before[p.attribute] for p in plan.patches)
     vllm_patch.revert()
     assert all(vars(owner)[p.attribute] is before[p.attribute] for p in plan.patches)
 
@@ -117,53 +179,61 @@ def test_to_scalar_names_weight_expert_shard_and_shape():
     )
 
 
-def test_a_loader_we_do_not_recognise_gets_a_warning_and_no_patch(monkeypatch, caplog):
-    """The structure check, run against a real vLLM class that is not a MoE loader."""
-    import vllm_patch.loaders
+APPLY_TWICE = (
+    "import logging, sys; logging.basicConfig(level=logging.INFO)\n"
+    "import vllm\n"
+    "assert vllm.__file__.startswith({overlay!r}), vllm.__file__\n"
+    "from scalar_scales_testkit import vllm_layers; vllm_layers.select_cpu_platform()\n"
+    "import vllm_patch\n"
+    "from vllm_patch.targets import LOADER_CLASSES\n"
+    "from scalar_scales.patching import import_dotted\n"
+    "owner = next(o for o in map(import_dotted, LOADER_CLASSES) if o is not None)\n"
+    "before = dict(vars(owner))\n"
+    "print('patched:', vllm_patch.apply(), vllm_patch.apply())\n"
+    "print('applied:', vllm_patch.is_applied())\n"
+    "print('loader unchanged:', dict(vars(owner)).keys() == before.keys()"
+    " and all(vars(owner)[name] is value for name, value in before.items()))\n"
+)
 
-    linear = "vllm.model_executor.layers.linear.LinearBase"
-    monkeypatch.setattr(vllm_patch.loaders, "_MOE_CLASSES", (linear,))
-    before = dict(vars(import_dotted(linear)))
-    with caplog.at_level(logging.WARNING, logger="vllm.scalar_scales"):
-        assert vllm_patch.apply() == []
-        assert vllm_patch.apply() == []
-    assert not vllm_patch.is_applied()
-    (record,) = caplog.records
-    assert "MoE loader not recognised" in record.getMessage() and "nothing patched" in record.getMessage()
-    assert dict(vars(import_dotted(linear))) == before
+
+def loader_module() -> str:
+    return plan_loader_patches().owner.rpartition(".")[0]
 
 
-def test_a_loader_with_one_method_s_signature_changed_gets_one_warning_line_and_no_patch(monkeypatch, caplog):
-    """A real vLLM MoE loader class, subclassed with ``_load_w2`` taking one parameter more."""
-    import sys
-    import types
+def run_changed(tmp_path: Path, change) -> str:
+    overlay = changed_vllm(tmp_path / "overlay", loader_module(), change)
+    return python(APPLY_TWICE.format(overlay=str(overlay)), PYTHONPATH=str(overlay))
 
-    import vllm_patch.loaders
 
-    plan = plan_loader_patches()
-    real = import_dotted(plan.owner)
-    module = types.ModuleType("scalar_scales_changed_vllm")
+def warnings_of(output: str) -> list[str]:
+    return [line for line in output.splitlines() if "scalar-scales: vLLM" in line]
 
-    def _load_w2(self, expert_data, shard_dim, loaded_weight, tp_rank, load_full=False, new_flag=None):  # noqa: ANN001
-        return real._load_w2(self, expert_data, shard_dim, loaded_weight, tp_rank, load_full)
 
-    module.ChangedLoader = type("ChangedLoader", (real,), {"_load_w2": _load_w2})
-    monkeypatch.setitem(sys.modules, module.__name__, module)
-    monkeypatch.setattr(vllm_patch.loaders, "_MOE_CLASSES", (f"{module.__name__}.ChangedLoader",))
-    with caplog.at_level(logging.WARNING, logger="vllm.scalar_scales"):
-        assert vllm_patch.apply() == []
-        assert vllm_patch.apply() == []
-    assert not vllm_patch.is_applied()
-    (record,) = [r for r in caplog.records if r.name == "vllm.scalar_scales"]
-    assert "MoE loader not recognised" in record.getMessage()
-    assert vars(module.ChangedLoader)["_load_w2"] is _load_w2
+def test_a_vllm_whose_loader_renamed_a_method_gets_one_warning_line_and_no_patch(tmp_path):
+    """A release whose loader calls ``_load_single_value`` something else: no class is recognised."""
+    output = run_changed(tmp_path, lambda text: text.replace("_load_single_value", "_load_scalar_value"))
+    (warning,) = warnings_of(output)
+    assert "MoE loader not recognised" in warning and "nothing was patched" in warning
+    assert "patched: [] []" in output and "applied: False" in output and "loader unchanged: True" in output
+
+
+def test_a_vllm_whose_loader_method_takes_one_parameter_more_gets_one_warning_line_and_no_patch(tmp_path):
+    def one_parameter_more(text: str) -> str:
+        head, _, tail = text.partition("    def _load_w2(\n")
+        signature, _, body = tail.partition("):")
+        return f"{head}    def _load_w2(\n{signature.rstrip().rstrip(',')}, new_flag: bool = False):{body}"
+
+    output = run_changed(tmp_path, one_parameter_more)
+    (warning,) = warnings_of(output)
+    assert "MoE loader not recognised" in warning
+    assert "patched: [] []" in output and "applied: False" in output and "loader unchanged: True" in output
 
 
 def test_the_emulation_is_chosen_on_the_cpu_platform_only():
     from vllm.platforms.cpu import CpuPlatform
     from vllm.platforms.interface import UnspecifiedPlatform
 
-    from vllm_patch.nvfp4_emulation import should_emulate
+    from vllm_patch.platform_gate import should_emulate
 
     assert should_emulate(CpuPlatform())
     assert not should_emulate(UnspecifiedPlatform())

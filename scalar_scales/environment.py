@@ -1,0 +1,66 @@
+"""Every environment variable scalar-scales reads: one table, one way of reading it (after vLLM's ``envs.py``).
+
+Each variable is read when its value is needed, never at import. A switch is
+on with ``1`` and off with ``0``; unset or empty, it takes its default. Any
+other value is a :class:`SwitchValueError` naming the variable, so that a
+typo never silently keeps the default. docs/environment.md lists the table,
+and a test holds the page to it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+__all__ = ["SWITCHES", "Switch", "SwitchValueError", "switch"]
+
+
+class SwitchValueError(ValueError):
+    """A switch set to something other than 0 or 1."""
+
+
+@dataclass(frozen=True)
+class Switch:
+    """An on/off environment variable: its name, its value when unset, and what it does."""
+
+    name: str
+    default: bool
+    doc: str
+
+
+SWITCHES: dict[str, Switch] = {
+    switch.name: switch
+    for switch in (
+        Switch(
+            "SCALAR_SCALES_NVFP4_EMULATION",
+            True,
+            "`vllm_patch`: emulate NVFP4 on vLLM's CPU platform, where vLLM has no NVFP4 kernel; `0` keeps vLLM's "
+            "refusal.",
+        ),
+        Switch(
+            "SCALAR_SCALES_ALLOW_UNTESTED_UPSTREAM",
+            False,
+            "`compressed_tensors_patch`: `1` patches a compressed-tensors whose patched functions match no tested "
+            "release, with a warning; by default such a release is refused and nothing is patched.",
+        ),
+        Switch(
+            "SCALAR_SCALES_PORTABLE",
+            False,
+            "the command line: `1` takes the paths every operating system has (spawned worker processes that watch "
+            "their parent, a lock file, plain reads and writes) even on Linux, where faster ones exist. The tests "
+            "set it to run what macOS and Windows run.",
+        ),
+    )
+}
+"""Every variable, by name."""
+
+
+def switch(name: str) -> bool:
+    """The value of switch ``name`` (a key of :data:`SWITCHES`) in this process's environment now."""
+    variable = SWITCHES[name]
+    value = os.environ.get(name, "")
+    if value == "":
+        return variable.default
+    if value not in ("0", "1"):
+        raise SwitchValueError(f"{name} must be 0 or 1, not {value!r}")
+    return value == "1"

@@ -1,0 +1,40 @@
+"""The safetensors I/O, without torch: read and validate a header exactly as strictly as the reference reader,
+plan its one-byte-per-scale edit, decode a scale's value, replace a file durably, and edit ``config.json``'s
+marker changing no other byte."""
+
+from scalar_scales.files.config_marker import set_format_version, with_format_version
+from scalar_scales.files.durable import os_errors_named, remove_stale, replaced, temporary_path
+from scalar_scales.files.header import (
+    DTYPE_BITS,
+    MAX_HEADER_BYTES,
+    SafetensorsHeader,
+    TensorEntry,
+    header_length_of,
+    parse_header,
+    read_header,
+)
+from scalar_scales.files.header_edit import HeaderEdit, Layout, plan_header_edit
+from scalar_scales.files.json_document import json_object, read_json_object
+from scalar_scales.files.scalars import decode_scalar
+
+__all__ = [
+    "DTYPE_BITS",
+    "MAX_HEADER_BYTES",
+    "HeaderEdit",
+    "Layout",
+    "SafetensorsHeader",
+    "TensorEntry",
+    "decode_scalar",
+    "header_length_of",
+    "json_object",
+    "os_errors_named",
+    "parse_header",
+    "plan_header_edit",
+    "read_header",
+    "read_json_object",
+    "remove_stale",
+    "replaced",
+    "set_format_version",
+    "temporary_path",
+    "with_format_version",
+]

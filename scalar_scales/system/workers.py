@@ -1,0 +1,129 @@
+"""Work on many shards in worker processes, on every operating system, with no worker outliving its run.
+
+- **Linux:** forked workers. They start at once and share the parent's
+  memory and its string hashing. Each asks the kernel for SIGKILL when the
+  parent's thread ends (``prctl(PR_SET_PDEATHSIG)``), and closes the locks it
+  inherited (:func:`scalar_scales.system.lock.held_descriptors`) at once.
+- **Portable (macOS, Windows; Linux with ``SCALAR_SCALES_PORTABLE=1``):**
+  spawned workers, a fresh interpreter each, which inherit no descriptor.
+  Each runs a thread that waits on multiprocessing's sentinel for its parent
+  and ends the worker when the parent is gone, however it ended.
+
+Spawned workers hash strings with their own seed, so what a job hashes that
+the parent must compare is hashed with :attr:`Workers.name_hash`: the
+built-in ``hash`` where every process shares it, else a hash that any
+process computes alike.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import sys
+import threading
+import zlib
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from scalar_scales.system.lock import held_descriptors
+from scalar_scales.system.portable import portable_forced
+
+__all__ = ["PARALLEL_MIN_ITEMS", "THREADS", "Workers", "stable_hash", "workers_for"]
+
+PARALLEL_MIN_ITEMS = 8
+"""Below this many items, starting worker processes costs more than it saves."""
+THREADS = 8
+"""Items worked on at once by a job that waits on the network."""
+_MAX_PROCESSES = 8
+
+_T = TypeVar("_T")
+Kind = Literal["here", "threads", "fork", "spawn"]
+
+
+def stable_hash(text: str) -> int:
+    """A 64-bit hash of ``text`` that every process computes alike (two 32-bit checksums, at C speed)."""
+    data = text.encode("utf-8", "surrogatepass")
+    return zlib.crc32(data) << 32 | zlib.adler32(data)
+
+
+@dataclass(frozen=True)
+class Workers:
+    """How a batch of jobs runs: ``here`` (in this thread), ``threads``, ``fork`` or ``spawn`` processes."""
+
+    kind: Kind
+    processes: int = 1
+
+    @property
+    def name_hash(self) -> Callable[[str], int]:
+        """The string hash a job and this process compute alike."""
+        return stable_hash if self.kind == "spawn" else hash
+
+    def map(self, job: Callable[[Any], _T], items: Sequence[Any]) -> list[_T]:
+        """``job`` on every item, results in the items' order."""
+        if self.kind == "here":
+            return [job(item) for item in items]
+        if self.kind == "threads":
+            with ThreadPoolExecutor(max_workers=THREADS) as pool:
+                return list(pool.map(job, items))
+        fork = self.kind == "fork"
+        with ProcessPoolExecutor(
+            max_workers=self.processes,
+            mp_context=multiprocessing.get_context(self.kind),
+            initializer=_start_forked if fork else _start_spawned,
+            initargs=(os.getpid(), held_descriptors()) if fork else (),
+        ) as pool:
+            return list(pool.map(job, items, chunksize=max(1, len(items) // (4 * self.processes))))
+
+
+def workers_for(count: int, *, network: bool = False) -> Workers:
+    """How to run ``count`` jobs: threads for a job that waits on the network; processes where that pays.
+
+    Forking is only safe in a process with one thread, so a threaded caller
+    runs its jobs here on Linux, unless it takes the portable path.
+    """
+    if network:
+        return Workers("threads")
+    processes = min(os.cpu_count() or 1, _MAX_PROCESSES)
+    if count < PARALLEL_MIN_ITEMS or processes < 2:
+        return Workers("here")
+    if not sys.platform.startswith("linux") or portable_forced():
+        return Workers("spawn", processes)
+    if threading.active_count() > 1:
+        return Workers("here")
+    return Workers("fork", processes)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _start_forked(parent: int, fds: tuple[int, ...]) -> None:
+    """Die with the parent, on any signal, and let go of what it holds (a lock) at once.
+
+    Linux sends the worker SIGKILL when the thread that forked it ends, so a
+    killed run takes its workers with it. A parent already gone before that
+    was set is caught by the ``getppid`` check.
+    """
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
+    for fd in fds:
+        os.close(fd)
+
+
+def _start_spawned() -> None:
+    """End this worker as soon as its parent is gone: its sentinel becomes ready when the parent's end of the
+    pipe closes, which the OS does for a process that ends in any way."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        multiprocessing.connection.wait([parent.sentinel])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="scalar-scales parent watch", daemon=True).start()

@@ -1,0 +1,144 @@
+"""`scalar-scales check hf://ORG/NAME[@REVISION]` against a local server that answers as the Hub does."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from scalar_scales.sources import shard_name
+from scalar_scales_testkit.broken import CORPUS, clean_checkpoint
+from scalar_scales_testkit.cli import make_checkpoint, run_cli, shards
+from scalar_scales_testkit.hub_server import HubRepository, client_environment, serve_hub
+from scalar_scales_testkit.synthetic import write_synthetic_checkpoint
+
+pytest.importorskip("huggingface_hub")
+
+
+def comparable(result) -> list[tuple]:
+    """A check's findings, with each file named relative to its checkpoint (a path here, an address there)."""
+    return [
+        (f["code"], f["severity"], f["tensor"], shard_name(f["file"]), f["message"])
+        for f in json.loads(result.stdout)["findings"]
+    ]
+
+
+def check_both(checkpoint: Path, tmp_path: Path, *args: str):
+    with serve_hub({"org/model": HubRepository({"main": checkpoint})}) as (endpoint, served):
+        remote = run_cli("check", "hf://org/model", "--json", *args, env=client_environment(endpoint, tmp_path))
+    local = run_cli("check", checkpoint, "--json", *args)
+    return local, remote, served
+
+
+@pytest.mark.parametrize("name", ["clean", *CORPUS])
+def test_a_remote_check_finds_what_the_local_check_finds(tmp_path, name):
+    checkpoint = clean_checkpoint(tmp_path / name)
+    if name != "clean":
+        CORPUS[name].make(checkpoint)
+    local, remote, _ = check_both(checkpoint, tmp_path)
+    assert remote.returncode == local.returncode != 2, remote.stderr
+    assert comparable(remote) == comparable(local)
+    assert {f["file"].rpartition("/")[0] for f in json.loads(remote.stdout)["findings"]} <= {"hf://org/model"}
+
+
+def test_the_report_counts_the_bytes_the_server_sent(tmp_path):
+    _, remote, served = check_both(make_checkpoint(tmp_path / "ckpt"), tmp_path)
+    summary = json.loads(remote.stdout)["summary"]
+    assert summary["bytes_fetched"] == served.file_bytes > 0
+    assert summary["bytes_total"] == sum(p.stat().st_size for p in (tmp_path / "ckpt").iterdir())
+
+
+def test_a_v4_flash_sized_checkpoint_is_checked_from_under_1_percent_of_its_bytes(tmp_path):
+    checkpoint = write_synthetic_checkpoint(tmp_path / "v4", data_bytes=3_800_000_000, sparse=True)
+    local, remote, served = check_both(checkpoint, tmp_path)
+    summary = json.loads(remote.stdout)["summary"]
+    size = sum(p.stat().st_size for p in checkpoint.iterdir())
+    assert summary["scales"] == 66_048
+    assert summary["bytes_fetched"] == served.file_bytes
+    assert served.file_bytes < 0.01 * size
+    assert comparable(remote) == comparable(local)
+    assert all(range_ is not None for path, range_ in served.requests if path.endswith(".safetensors"))
+
+
+def test_the_text_summary_says_how_many_bytes_were_fetched(tmp_path):
+    checkpoint = clean_checkpoint(tmp_path / "ckpt")
+    with serve_hub({"org/model": HubRepository({"main": checkpoint})}) as (endpoint, served):
+        result = run_cli("check", "hf://org/model", env=client_environment(endpoint, tmp_path))
+    assert result.returncode == 0
+    assert result.stdout.splitlines()[0].startswith("hf://org/model: 3 shard(s), nvfp4-pack-quantized")
+    assert f"Fetched {served.file_bytes} of the files' " in result.stdout.splitlines()[-1]
+
+
+def test_a_revision_after_the_at_sign_is_the_one_checked(tmp_path):
+    legacy = make_checkpoint(tmp_path / "legacy")
+    clean = clean_checkpoint(tmp_path / "clean")
+    with serve_hub({"org/model": HubRepository({"main": clean, "v1.0": legacy})}) as (endpoint, _):
+        env = client_environment(endpoint, tmp_path)
+        assert run_cli("check", "hf://org/model", env=env).returncode == 0
+        assert run_cli("check", "hf://org/model@v1.0", env=env).returncode == 1
+        missing = run_cli("check", "hf://org/model@v2.0", env=env)
+    assert missing.returncode == 2
+    assert missing.stderr == "scalar-scales: error: hf://org/model@v2.0: revision not found (HTTP 404)\n"
+
+
+def test_a_private_repository_needs_the_token_huggingface_hub_reads(tmp_path):
+    checkpoint = clean_checkpoint(tmp_path / "ckpt")
+    with serve_hub({"org/private": HubRepository({"main": checkpoint}, token="hf_secret")}) as (endpoint, _):
+        refused = run_cli("check", "hf://org/private", env=client_environment(endpoint, tmp_path))
+        allowed = run_cli("check", "hf://org/private", env=client_environment(endpoint, tmp_path, token="hf_secret"))
+    assert refused.returncode == 2
+    assert refused.stderr == (
+        "scalar-scales: error: hf://org/private: repository not found, or private and this token has no access "
+        "(HTTP 401)\n"
+    )
+    assert allowed.returncode == 0, allowed.stderr
+
+
+def test_a_corrupt_remote_shard_is_one_line_naming_its_address(tmp_path):
+    checkpoint = clean_checkpoint(tmp_path / "ckpt")
+    victim = shards(checkpoint)[1]
+    raw = bytearray(victim.read_bytes())
+    raw[9] = ord("[")
+    victim.write_bytes(bytes(raw))
+    local, remote, _ = check_both(checkpoint, tmp_path)
+    assert remote.returncode == local.returncode == 2
+    assert remote.stderr == local.stderr.replace(str(victim), f"hf://org/model/{victim.name}")
+
+
+def test_a_server_that_ignores_ranges_is_refused_without_reading_the_file(tmp_path):
+    checkpoint = clean_checkpoint(tmp_path / "ckpt")
+    with serve_hub({"org/model": HubRepository({"main": checkpoint}, ranges=False)}) as (endpoint, _):
+        result = run_cli("check", "hf://org/model", env=client_environment(endpoint, tmp_path))
+    assert result.returncode == 2
+    assert result.stderr.endswith("the server answered a range request with HTTP 200, not 206\n")
+    assert len(result.stderr.splitlines()) == 1
+
+
+def test_offline_mode_is_honoured(tmp_path):
+    result = run_cli("check", "hf://org/model", env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path)})
+    assert result.returncode == 2
+    assert result.stderr == (
+        "scalar-scales: error: hf://org/model: HF_HUB_OFFLINE is set, and a remote check needs the network\n"
+    )
+
+
+def test_an_address_that_is_not_org_slash_name_is_refused(tmp_path):
+    result = run_cli("check", "hf://just-a-name")
+    assert result.returncode == 2
+    assert "the form is hf://ORG/NAME or hf://ORG/NAME@REVISION" in result.stderr
+
+
+def test_the_fix_a_remote_check_prints_is_migrate_on_a_local_copy(tmp_path):
+    with serve_hub({"org/model": HubRepository({"main": make_checkpoint(tmp_path / "ckpt")})}) as (endpoint, _):
+        result = run_cli("check", "hf://org/model@main", env=client_environment(endpoint, tmp_path))
+    assert result.returncode == 1
+    assert result.stdout.splitlines()[1].endswith(
+        "; fix: scalar-scales migrate DIR, on a local copy (hf download org/model --revision main --local-dir DIR)"
+    )
+
+
+def test_migrate_refuses_a_hub_address():
+    result = run_cli("migrate", "hf://org/model")
+    assert result.returncode == 2
+    assert result.stderr.startswith("scalar-scales: error: hf://org/model: migrate edits files in place")

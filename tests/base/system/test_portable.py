@@ -1,0 +1,226 @@
+"""The paths macOS and Windows take, run for real on Linux with ``SCALAR_SCALES_PORTABLE=1``: spawned workers that
+watch their parent, the lock file, and plain reads and writes where Linux copies in the kernel."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from scalar_scales.files import SafetensorsHeader
+from scalar_scales.scan import ShardScales, scan_shards
+from scalar_scales.sources import open_local
+from scalar_scales.system import workers_for
+from scalar_scales.system.lock import LOCK_FILE_NAME, FolderLocked, folder_lock
+from scalar_scales_testkit.cli import data_digest, make_checkpoint, rewrite_header, run_cli, shards, snapshot
+from scalar_scales_testkit.synthetic import write_synthetic_checkpoint
+
+PORTABLE = {"SCALAR_SCALES_PORTABLE": "1"}
+
+
+@pytest.fixture
+def portable(monkeypatch):
+    monkeypatch.setenv("SCALAR_SCALES_PORTABLE", "1")
+
+
+class WorkerPid:
+    """A scan's per-shard work that reports which process ran it."""
+
+    def __call__(self, header: SafetensorsHeader, scales: ShardScales) -> int:
+        return os.getpid()
+
+
+def test_the_portable_path_runs_shards_in_spawned_worker_processes(tmp_path, portable):
+    checkpoint = make_checkpoint(tmp_path / "ckpt", shards=12, experts=8)
+    assert workers_for(12).kind == "spawn"
+    pids = {shard.work for shard in scan_shards(open_local(checkpoint), work=WorkerPid()).shards}
+    assert os.getpid() not in pids and len(pids) >= 1
+
+
+def test_linux_runs_shards_in_forked_worker_processes(tmp_path, monkeypatch):
+    monkeypatch.delenv("SCALAR_SCALES_PORTABLE", raising=False)
+    checkpoint = make_checkpoint(tmp_path / "ckpt", shards=12, experts=8)
+    assert workers_for(12).kind == "fork"
+    pids = {shard.work for shard in scan_shards(open_local(checkpoint), work=WorkerPid()).shards}
+    assert os.getpid() not in pids
+
+
+def test_spawned_workers_find_what_forked_ones_find(tmp_path):
+    checkpoint = make_checkpoint(tmp_path / "ckpt", shards=12, experts=8)
+    rewrite_header(
+        shards(checkpoint)[5], lambda h: {n: s for n, s in h.items() if not n.endswith("up_proj.weight_packed")}
+    )
+    linux, portable = run_cli("check", checkpoint, "--json"), run_cli("check", checkpoint, "--json", env=PORTABLE)
+    assert linux.returncode == portable.returncode == 2
+    assert linux.stderr == portable.stderr
+
+
+def test_the_portable_path_migrates_and_checks_like_linux(tmp_path):
+    linux, portable = (make_checkpoint(tmp_path / name, shards=12, experts=8) for name in ("linux", "portable"))
+    assert run_cli("migrate", linux).returncode == 0
+    result = run_cli("migrate", portable, env=PORTABLE)
+    assert result.returncode == 0, result.stderr
+    assert snapshot(portable) == snapshot(linux)
+    summaries = [
+        json.loads(run_cli("check", path, "--json", env=env).stdout)["summary"] | {"checkpoint": None}
+        for path, env in ((portable, PORTABLE), (linux, None))
+    ]
+    assert summaries[0] == summaries[1] and summaries[0]["scalar"] == 96
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_spawned_workers_end_when_their_parent_is_killed(tmp_path):
+    """No prctl on the portable path: each worker's own thread sees the parent go, however it went. The parent is
+    killed while every worker is inside a job, which would otherwise keep it for a minute."""
+    checkpoint = write_synthetic_checkpoint(tmp_path / "ckpt", data_bytes=3_000_000)
+    started = tmp_path / "started"
+    started.mkdir()
+    code = (
+        "import os, sys, time\n"
+        "from pathlib import Path\n"
+        "from scalar_scales.scan import scan_shards\n"
+        "from scalar_scales.sources import open_local\n"
+        "class Slow:\n"
+        "    def __call__(self, header, scales):\n"
+        "        (Path(sys.argv[2]) / str(os.getpid())).touch()\n"
+        "        time.sleep(60)\n"
+        "if __name__ == '__main__':\n"
+        "    scan_shards(open_local(sys.argv[1]), work=Slow())\n"
+    )
+    script = tmp_path / "slow_scan.py"
+    script.write_text(code)
+    parent = subprocess.Popen(
+        [sys.executable, str(script), str(checkpoint), str(started)], env={**os.environ, **PORTABLE}
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(started.iterdir())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        workers = {int(p.name) for p in started.iterdir()}
+        assert len(workers) >= 2 and parent.pid not in workers, "the scan ran no job in spawned workers"
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while any(map(alive, workers)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(map(alive, workers))
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+def test_the_lock_file_keeps_a_second_holder_out_and_is_gone_afterwards(tmp_path, portable):
+    with folder_lock(tmp_path):
+        assert (tmp_path / LOCK_FILE_NAME).is_file()
+        holder = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from pathlib import Path; from scalar_scales.system.lock import folder_lock\n"
+                "with folder_lock(Path(sys.argv[1])): pass\n",
+                str(tmp_path),
+            ],
+            env={**os.environ, **PORTABLE},
+            capture_output=True,
+            text=True,
+        )
+        assert "FolderLocked" in holder.stderr
+        with pytest.raises(FolderLocked):
+            with folder_lock(tmp_path):
+                pass
+    assert not (tmp_path / LOCK_FILE_NAME).exists()
+
+
+def test_a_lock_file_a_killed_holder_left_is_taken_and_removed(tmp_path, portable):
+    (tmp_path / LOCK_FILE_NAME).write_bytes(b"")
+    with folder_lock(tmp_path):
+        pass
+    assert not (tmp_path / LOCK_FILE_NAME).exists()
+
+
+def test_a_link_planted_as_the_lock_file_is_not_followed(tmp_path, portable):
+    outside = tmp_path / "outside"
+    outside.write_text("kept")
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / LOCK_FILE_NAME).symlink_to(outside)
+    with pytest.raises(OSError):
+        with folder_lock(folder):
+            pass
+    assert outside.read_text() == "kept"
+
+
+def test_a_header_that_grows_is_rewritten_with_plain_reads_and_writes(checkpoint):
+    """Linux copies the data in the kernel (copy_file_range); the portable path reads and writes it."""
+    for shard in shards(checkpoint):
+        rewrite_header(
+            shard, lambda h: {n: (s | {"shape": []} if n.endswith("_global_scale") else s) for n, s in h.items()}
+        )
+    digests = {p.name: data_digest(p) for p in shards(checkpoint)}
+    result = run_cli("migrate", checkpoint, "--to", "legacy", env=PORTABLE)
+    assert result.returncode == 0, result.stderr
+    assert {p.name: data_digest(p) for p in shards(checkpoint)} == digests
+    assert run_cli("check", checkpoint, "--select", "NV101", "--quiet").stdout.startswith("Found 48:")
+
+
+def test_an_in_place_edit_on_the_portable_path_changes_one_byte_per_scale(checkpoint):
+    before = {p.name: p.read_bytes() for p in shards(checkpoint)}
+    assert run_cli("migrate", checkpoint, env=PORTABLE).returncode == 0
+    for shard in shards(checkpoint):
+        old, new = before[shard.name], shard.read_bytes()
+        assert len(old) == len(new)
+        assert {(old[i], new[i]) for i in range(len(old)) if old[i] != new[i]} == {(ord("1"), ord(" "))}
+
+
+def run_without(missing: tuple[str, ...], *args: object) -> subprocess.CompletedProcess[str]:
+    """The command in a process that lacks ``missing``: modules (``fcntl``) or ``os`` calls (``os.pwrite``), as
+    Windows does."""
+    code = (
+        "import os, sys\n"
+        f"for name in {missing!r}:\n"
+        "    if name.startswith('os.'):\n"
+        "        delattr(os, name[3:])\n"
+        "    else:\n"
+        "        sys.modules[name] = None\n"
+        "from scalar_scales.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **PORTABLE},
+        timeout=300,
+    )
+
+
+def test_check_runs_where_there_is_no_fcntl(checkpoint):
+    result = run_without(("fcntl", "os.copy_file_range", "os.pwrite"), "check", checkpoint, "--quiet")
+    assert result.returncode == 1, result.stderr
+    assert result.stdout == "Found 48: 48 errors, 0 warnings (NV101 48).\n"
+
+
+def test_migrate_runs_where_there_is_no_pwrite_nor_copy_file_range(checkpoint):
+    for shard in shards(checkpoint):
+        rewrite_header(
+            shard, lambda h: {n: (s | {"shape": []} if n.endswith("_global_scale") else s) for n, s in h.items()}
+        )
+    digests = {p.name: data_digest(p) for p in shards(checkpoint)}
+    for to in ("legacy", "scalar"):
+        result = run_without(("os.copy_file_range", "os.pwrite"), "migrate", checkpoint, "--to", to)
+        assert result.returncode == 0, result.stderr
+    assert {p.name: data_digest(p) for p in shards(checkpoint)} == digests
+    assert run_cli("check", checkpoint).returncode == 0

@@ -1,0 +1,25 @@
+"""The vLLM code the plugin patches, by name: what ``register`` watches for, without importing any of it."""
+
+from __future__ import annotations
+
+__all__ = ["EMULATED_MODULES", "LINEAR_SCHEME_MODULE", "LOADER_CLASSES", "LOADER_MODULES", "MOE_METHOD_MODULE"]
+
+LOADER_CLASSES = (
+    "vllm.model_executor.layers.fused_moe.routed_experts.RoutedExperts",
+    "vllm.model_executor.layers.fused_moe.layer.FusedMoE",
+)
+"""The MoE loader classes, newest first: ``RoutedExperts`` from vLLM 0.24, ``FusedMoE`` up to 0.23."""
+LOADER_MODULES = frozenset(path.rpartition(".")[0] for path in LOADER_CLASSES)
+"""The modules that define a MoE loader; the loader patch waits until one of them is imported."""
+
+LINEAR_SCHEME_MODULE = (
+    "vllm.model_executor.layers.quantization.compressed_tensors.schemes.compressed_tensors_w4a4_nvfp4"
+)
+"""Where vLLM chooses an NVFP4 linear kernel for a compressed-tensors NVFP4 layer."""
+MOE_METHOD_MODULE = (
+    "vllm.model_executor.layers.quantization.compressed_tensors."
+    "compressed_tensors_moe.compressed_tensors_moe_w4a4_nvfp4"
+)
+"""Where vLLM chooses an NVFP4 MoE backend and defines the compressed-tensors NVFP4 MoE method."""
+EMULATED_MODULES = (LINEAR_SCHEME_MODULE, MOE_METHOD_MODULE)
+"""The modules the NVFP4 emulation patches, each once it is imported, on the CPU platform only."""
