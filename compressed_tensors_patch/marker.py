@@ -55,5 +55,5 @@ def stamp_format_version(save_directory: str | os.PathLike[str]) -> None:
         del quantization_config[FORMAT_VERSION_KEY]
     else:
         quantization_config[FORMAT_VERSION_KEY] = version
-    with replaced(Path(save_directory) / CONFIG_NAME, durable=False, text=True) as f:
-        f.write(json.dumps(config, indent=2, sort_keys=True))
+    with replaced(Path(save_directory) / CONFIG_NAME, durable=False) as f:
+        f.write(json.dumps(config, indent=2, sort_keys=True).encode("utf-8"))

@@ -3,19 +3,36 @@
 It never imports torch and has no dependency (``check hf://`` needs the
 ``hub`` extra). The demo, which needs llm-compressor, is the producer
 package's own command (``scalar-scales-demo``).
+
+Exit codes (docs/check.md, docs/migrate.md), on every path:
+
+- 0: done; ``check`` found no error (warnings may be present);
+- 1: ``check`` found an error (with ``--strict``, also a warning);
+- 2: refused, and nothing changed: the command line, or a file, is wrong;
+- 3: ``migrate`` changed shards, then an error or an interrupt stopped it;
+  the line says how many, and a rerun finishes;
+- 130, 143: interrupted (SIGINT, SIGTERM) before anything changed.
+
+Every refusal is one line on stderr. What the command prints cannot fail it
+after a checkpoint changed: a name the terminal cannot encode is escaped,
+and a reader that went away (``| head``) does not change the exit code.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from scalar_scales.doctor import SHOWN_PER_RULE, CheckReport, diagnose, selected_codes
 from scalar_scales.environment import SwitchValueError
-from scalar_scales.errors import CheckpointError
+from scalar_scales.errors import CheckpointError, Interrupted, StoppedAfterWriting
 from scalar_scales.sources import HubShards, is_hub_address, open_checkpoint
 
 if TYPE_CHECKING:
@@ -29,8 +46,19 @@ DESCRIPTION = (
 )
 
 
+REFUSED = 2
+STOPPED_AFTER_WRITING = 3
+
+
+class _Parser(argparse.ArgumentParser):
+    """A usage error is one line naming the command, and exit 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(REFUSED, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="scalar-scales", description=DESCRIPTION)
+    parser = _Parser(prog="scalar-scales", description=DESCRIPTION)
     parser.add_argument("--version", action=_Version, nargs=0, help="print the version and exit")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -43,6 +71,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "Exit 0 when no error is found, 1 when one is (with --strict, also a warning), 2 when the checkpoint is "
         "unreadable.",
     )
+    check.set_defaults(parser=check)
     check.add_argument("path", help="checkpoint folder, .safetensors file, or hf://ORG/NAME[@REVISION]")
     check.add_argument(
         "--select", action="append", default=[], metavar="CODE", help="only these rules (codes or prefixes: NV1, NV301)"
@@ -63,6 +92,7 @@ def _build_parser() -> argparse.ArgumentParser:
         description="Change per-tensor global scales between (1,) and 0-D by editing each shard's header in place "
         "(no tensor data is touched), then set config.json's format_version. Crash-safe and idempotent.",
     )
+    migrate.set_defaults(parser=migrate)
     migrate.add_argument("path", help="checkpoint folder or .safetensors file")
     migrate.add_argument("--to", choices=["scalar", "legacy"], default="scalar")
     migrate.add_argument("--dry-run", action="store_true", help="say what would change; change nothing")
@@ -90,37 +120,86 @@ class _Version(argparse.Action):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command; ``argv`` None: this process's arguments, and, when interrupted, an exit that does not wait for
+    requests still under way (a hung Hub server)."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):  # a text stream (not one a caller put there)
+            stream.reconfigure(errors="backslashreplace")
     parser = _build_parser()
     args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return REFUSED
+    try:
+        with _sigterm_raises():
+            return _run(args)
+    except (KeyboardInterrupt, Interrupted) as interrupt:
+        number = interrupt.signal_number if isinstance(interrupt, Interrupted) else signal.SIGINT
+        print(f"scalar-scales: interrupted ({signal.Signals(number).name}); nothing was changed", file=sys.stderr)
+        code = 128 + number
+        if argv is None:
+            sys.stderr.flush()
+            os._exit(code)
+        return code
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         if args.command == "check":
-            return _check(args, parser)
-        if args.command == "migrate":
-            return _migrate(args)
+            return _check(args)
+        return _migrate(args)
     except (CheckpointError, SwitchValueError) as exc:
         print(f"scalar-scales: error: {exc}", file=sys.stderr)
-        return 2
+        return REFUSED
+    except StoppedAfterWriting as exc:
+        print(f"scalar-scales: error: {exc}", file=sys.stderr)
+        return STOPPED_AFTER_WRITING
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"scalar-scales: error: {where}{exc.strerror or exc}", file=sys.stderr)
-        return 2
-    parser.print_help()
-    return 2
+        return REFUSED
 
 
-def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+@contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """SIGTERM ends the run as Ctrl-C does, where this is the main thread (a signal handler can be set only there)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_interrupted(number: int, frame: object) -> None:
+        raise Interrupted(number)
+
+    previous = signal.signal(signal.SIGTERM, raise_interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _emit(text: str) -> None:
+    """Print the command's output; a reader that went away does not fail the command (and cannot be told)."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+def _check(args: argparse.Namespace) -> int:
     try:
         codes = selected_codes(args.select, args.ignore)
     except ValueError as exc:
-        parser.error(str(exc))
+        args.parser.error(str(exc))
     opened = open_checkpoint(args.path)
     fetched = opened.source if isinstance(opened.source, HubShards) else None
     report = CheckReport(diagnose(opened, include=args.include), codes, args.strict, fetched)
     if args.json:
-        print(json.dumps(report.document(with_scales=args.list), indent=2, allow_nan=False))
+        _emit(json.dumps(report.document(with_scales=args.list), indent=2, allow_nan=False))
     else:
         lines = [report.summary()] if args.quiet else report.lines(show_all=args.show_all, with_scales=args.list)
-        print("\n".join(lines))
+        _emit("\n".join(lines))
     return report.exit_code
 
 
@@ -142,12 +221,12 @@ def _migrate(args: argparse.Namespace) -> int:
         materialize=args.materialize,
         progress=_progress_bar if show_progress else None,
     )
-    if show_progress and report.edits:
-        print(file=sys.stderr)
-    if args.json:
-        print(json.dumps(report.as_dict(), indent=2))
-    else:
-        print(_migration_summary(report))
+    try:  # the migration is done: what is left cannot change that, or its exit code
+        if show_progress and report.edits:
+            print(file=sys.stderr)
+        _emit(json.dumps(report.as_dict(), indent=2) if args.json else _migration_summary(report))
+    except (KeyboardInterrupt, Interrupted):
+        pass
     return 0
 
 
@@ -169,7 +248,8 @@ def _migration_summary(report: MigrationReport) -> str:
         if growing:
             line += f" ({len(growing)} need a longer header and would be rewritten to new files)"
     elif report.rewritten:
-        line += f" ({len(report.rewritten)} rewritten to new files, the rest in place)"
+        in_place = len(report.edits) - len(report.rewritten)
+        line += f" ({len(report.rewritten)} rewritten to new files" + (f", {in_place} in place)" if in_place else ")")
     elif report.edits:
         line += " in place (header only)"
     if report.config_changed:

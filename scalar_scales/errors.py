@@ -1,8 +1,13 @@
-"""The one error the command line shows a user as one line: a checkpoint file it refuses to read or change.
+"""The errors the command line shows a user as one line, each with its exit code (docs/migrate.md).
 
-Every module that reads or writes a checkpoint raises it, so it lives at
-the bottom of the package; ``cli`` turns it into ``scalar-scales: error:
-LINE`` and exit 2 (docs/check.md, docs/migrate.md).
+- :class:`CheckpointError`: a file refused, read or written, before
+  anything changed (exit 2).
+- :class:`StoppedAfterWriting`: ``migrate`` changed files, then an error or
+  an interrupt stopped it (exit 3); the line says what changed.
+- :class:`Interrupted`: SIGTERM, as SIGINT is ``KeyboardInterrupt``.
+
+Every module that reads or writes a checkpoint raises them, so they live at
+the bottom of the package.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 
-__all__ = ["CheckpointError"]
+__all__ = ["CheckpointError", "Interrupted", "StoppedAfterWriting"]
 
 
 class CheckpointError(Exception):
@@ -35,3 +40,23 @@ class CheckpointError(Exception):
 def _printable(text: str) -> str:
     """``text`` as it is, or JSON-quoted when it holds control characters: errors stay on one line."""
     return text if text.isprintable() else json.dumps(text)
+
+
+class StoppedAfterWriting(Exception):
+    """A migration that changed shards and then stopped. Every shard it left is whole, in its old layout or its
+    new one, and config.json's marker, written only last, is as it was: a rerun finishes the job."""
+
+    def __init__(self, root: str | os.PathLike[str], changed: int, total: int, cause: str):
+        self.root, self.changed, self.total, self.cause = str(root), changed, total, cause
+        super().__init__(
+            f"{_printable(self.root)}: stopped after changing {changed} of {total} shards (config.json not "
+            f"changed): {cause}; every shard is whole, in its old layout or its new one: run migrate again to finish"
+        )
+
+
+class Interrupted(BaseException):
+    """The process was asked to stop (SIGTERM); like ``KeyboardInterrupt``, not an error of the checkpoint."""
+
+    def __init__(self, signal_number: int):
+        self.signal_number = signal_number
+        super().__init__(f"signal {signal_number}")

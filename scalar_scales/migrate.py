@@ -1,55 +1,66 @@
 """Migrate a checkpoint's per-tensor scales between (1,) and 0-D by editing shard headers.
 
-The order of work is what makes it safe:
+Everything is decided before anything is written, and the order of work is
+what makes the rest safe:
 
 1. Take the checkpoint's lock (:mod:`scalar_scales.system.lock`), on the
    real folder that holds its shards, so two runs meet however the
-   checkpoint is spelled (the folder, a file in it, a link). Remove
-   temporary files a killed run left.
-2. Read and validate every shard and plan every header edit in memory;
-   check each planned header; check every file can be written. Any problem
-   raises :class:`CheckpointError` here, before a byte is written.
-3. Edit the shards (in parallel): an in-place edit writes only the changed
-   header bytes and fsyncs. Each edit is one byte between two valid headers,
-   so a shard killed mid-write still parses, and its data is never touched.
-   A header that must grow, or a shard that is a link into a shared blob
-   store with ``materialize``, is written to a new file next to it, fsynced,
-   and renamed over the old name.
-4. Read every changed header back and compare it with the plan.
-5. Only then write ``config.json``'s ``format_version``, atomically and
-   durably, editing only the marker's text (``config_marker``). An
+   checkpoint is spelled (the folder, a file in it, a link).
+2. Read and validate every shard and plan every header edit in memory, and
+   config.json's marker edit (``config_marker``); check each planned
+   header; check every file can be written and the file system has room for
+   every file that is written anew. Any problem raises
+   :class:`CheckpointError` here, and nothing has changed (exit 2).
+3. Remove the temporary files a killed run left.
+4. Edit the shards (in parallel): an in-place edit writes only the changed
+   header bytes and fsyncs, after checking that the shard still holds the
+   header it was planned from. Each edit is one byte between two valid
+   headers, so a shard killed mid-write still parses, and its data is never
+   touched. A header that must grow, or a shard that is a link into a shared
+   blob store with ``materialize``, is written to a new file next to it
+   (created exclusively, never through a link), fsynced, and renamed over
+   the old name.
+5. Read every changed header back and compare it with the plan.
+6. Only then write ``config.json``'s ``format_version``, atomically and
+   durably, if the file still holds the text the edit was planned from. An
    interrupted run leaves the old marker, and a rerun finishes.
 
-Every OS error becomes a :class:`CheckpointError` naming the file it
-happened to; a failed write leaves no temporary file behind.
+From step 3 on, an error or an interrupt (SIGINT, SIGTERM) is a
+:class:`StoppedAfterWriting` that says how many shards changed (exit 3); the
+shards being edited when it came are finished first, and nothing more is
+started. Every OS error names the file it happened to; a failed write leaves
+no temporary file behind.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import struct
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scalar_scales.errors import CheckpointError
-from scalar_scales.files.config_marker import set_format_version
+from scalar_scales.errors import CheckpointError, Interrupted, StoppedAfterWriting
+from scalar_scales.files.config_marker import MarkerEdit, plan_format_version, write_planned
 from scalar_scales.files.durable import os_errors_named, remove_stale, replaced
-from scalar_scales.files.header import SafetensorsHeader
+from scalar_scales.files.header import SafetensorsHeader, file_identity
 from scalar_scales.files.header_edit import HeaderEdit, Layout, plan_header_edit
 from scalar_scales.nvfp4 import LEGACY_FORMAT_VERSION, NVFP4_FORMAT, SCALAR_FORMAT_VERSION
 from scalar_scales.scan import CheckpointScan, ShardScales, scan_shards
 from scalar_scales.sources.local import Checkpoint, open_local, resolve_checkpoint
-from scalar_scales.system.fileops import copy_range, write_at
+from scalar_scales.system.fileops import copy_range, no_follow, write_at
 from scalar_scales.system.lock import FolderLocked, folder_lock
 
 __all__ = ["EditPlanner", "MigrationReport", "checkpoint_lock", "migrate_checkpoint"]
 
 Progress = Callable[[int, int], None]
+WRITERS = 8
+"""Shards written at once, at most."""
 
 
 @dataclass
@@ -64,6 +75,8 @@ class MigrationReport:
     rewritten: list[Path] = field(default_factory=list)
     format_version_before: int | None = None
     format_version_after: int | None = None
+    marker: MarkerEdit | None = None
+    """config.json's planned marker edit; None where the marker stays as it is (or there is no config)."""
 
     @property
     def scales_changed(self) -> int:
@@ -129,26 +142,13 @@ def migrate_checkpoint(
     """Put every per-tensor scale in scope into layout ``to`` and declare it in ``config.json``."""
     checkpoint = resolve_checkpoint(path)
     with checkpoint_lock(checkpoint):
-        if not dry_run:
-            _remove_stale_temporary_files(checkpoint)
         scan = scan_shards(open_local(checkpoint), include=include, read_values=False, work=EditPlanner(to))
         report = _plan(scan, to, include, dry_run)
-        if dry_run:
+        if dry_run or not report.changed:
             return report
         _check_writable(report, materialize)
-        _apply_edits(report, materialize, progress)
-        _verify(report)
-        if report.config_changed:
-            assert report.checkpoint.config is not None
-            set_format_version(report.checkpoint.config, SCALAR_FORMAT_VERSION if to == "scalar" else None)
+        _write(report, materialize, progress)
         return report
-
-
-def _remove_stale_temporary_files(checkpoint: Checkpoint) -> None:
-    """A run killed while writing leaves ``.<name>.scalar-scales.tmp`` beside a file; we hold the lock now."""
-    for path in (*checkpoint.files, *([checkpoint.config] if checkpoint.config else [])):
-        with os_errors_named(path.parent, "remove a stale temporary file"):
-            remove_stale(path)
 
 
 def _plan(scan: CheckpointScan, to: Layout, include: Sequence[str], dry_run: bool) -> MigrationReport:
@@ -165,6 +165,10 @@ def _plan(scan: CheckpointScan, to: Layout, include: Sequence[str], dry_run: boo
     if scan.config is not None and scan.is_nvfp4:
         report.format_version_before = scan.declared_format_version
         report.format_version_after = SCALAR_FORMAT_VERSION if to == "scalar" else LEGACY_FORMAT_VERSION
+        if report.config_changed:
+            assert scan.checkpoint.config is not None
+            version = SCALAR_FORMAT_VERSION if to == "scalar" else None
+            report.marker = plan_format_version(scan.checkpoint.config, version)
     return report
 
 
@@ -173,24 +177,30 @@ def _is_shared(path: Path) -> bool:
     return path.is_symlink() or path.stat().st_nlink > 1
 
 
+def _rewritten_anew(edit: HeaderEdit, materialize: bool) -> bool:
+    return not edit.in_place or (materialize and _is_shared(edit.path))
+
+
 def _check_writable(report: MigrationReport, materialize: bool) -> None:
+    anew: list[Path] = []
     for edit in report.edits:
         shard = edit.path
-        if _is_shared(shard):
-            if not materialize:
-                raise CheckpointError(
-                    shard,
-                    "is a link into shared storage (e.g. a Hugging Face cache blob); editing it in place would "
-                    "change every copy. Pass --materialize to replace the link with an edited copy",
-                )
+        if _is_shared(shard) and not materialize:
+            raise CheckpointError(
+                shard,
+                "is a link into shared storage (e.g. a Hugging Face cache blob); editing it in place would "
+                "change every copy. Pass --materialize to replace the link with an edited copy",
+            )
+        if _rewritten_anew(edit, materialize):
             _require_writable_folder(shard.parent)
-        elif not edit.in_place:
-            _require_writable_folder(shard.parent)
+            anew.append(shard)
         else:
             _require_writable_file(shard)
-    if report.config_changed and report.checkpoint.config is not None:
-        _require_writable_file(report.checkpoint.config)
-        _require_writable_folder(report.checkpoint.config.parent)
+    if report.marker is not None:
+        _require_writable_file(report.marker.path)
+        _require_writable_folder(report.marker.path.parent)
+        anew.append(report.marker.path)
+    _require_room(report.checkpoint.folder, anew)
 
 
 def _require_writable_file(path: Path) -> None:
@@ -207,29 +217,102 @@ def _require_writable_folder(path: Path) -> None:
         raise CheckpointError(path, "folder is not writable")
 
 
-def _apply_edits(report: MigrationReport, materialize: bool, progress: Progress | None) -> None:
+def _require_room(folder: Path, anew: list[Path]) -> None:
+    """The file system must hold a new copy of each file written anew while the old one still exists: at most
+    :data:`WRITERS` at once, the largest first."""
+    if not anew:
+        return
+    sizes = sorted((path.stat().st_size for path in anew), reverse=True)
+    needed = sum(sizes[:WRITERS])
+    with os_errors_named(folder, "measure the free space of"):
+        free = shutil.disk_usage(folder).free
+    if free < needed:
+        largest = max(anew, key=lambda path: path.stat().st_size)
+        raise CheckpointError(
+            largest,
+            f"cannot be written anew: the file system has {free} bytes free, and the new copies of the files this "
+            f"migration writes anew need {needed}",
+        )
+
+
+def _write(report: MigrationReport, materialize: bool, progress: Progress | None) -> None:
+    """Steps 3 to 6 of the module's docstring; from the first change on, any failure says what changed."""
+    changed: list[HeaderEdit] = []
+    try:
+        with os_errors_named(report.checkpoint.folder, "clear the temporary files of"):
+            remove_stale(report.checkpoint.folder)
+        _apply_edits(report, materialize, progress, changed)
+        _verify(report)
+        if report.marker is not None:
+            write_planned(report.marker)
+    except BaseException as error:
+        if not changed:
+            raise
+        cause = "interrupted" if isinstance(error, (KeyboardInterrupt, Interrupted)) else _cause(error)
+        raise StoppedAfterWriting(report.checkpoint.root, len(changed), len(report.checkpoint.files), cause) from None
+
+
+def _cause(error: BaseException) -> str:
+    if isinstance(error, OSError):
+        where = f"{error.filename}: " if error.filename else ""
+        return f"{where}{error.strerror or error}"
+    return str(error)
+
+
+def _apply_edits(
+    report: MigrationReport, materialize: bool, progress: Progress | None, changed: list[HeaderEdit]
+) -> None:
+    """Edit every shard, in threads; ``changed`` collects each one edited. Where one fails, or the run is
+    interrupted, no edit is started any more, the ones under way finish, and the failure is raised."""
     total = len(report.edits)
 
     def apply(edit: HeaderEdit) -> Path | None:
-        shard = edit.path
-        if not edit.in_place or (materialize and _is_shared(shard)):
+        if _rewritten_anew(edit, materialize):
             _rewrite(edit)
-            return shard
+            return edit.path
         _edit_in_place(edit)
         return None
 
-    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1, max(total, 1))) as pool:
-        for done, rewritten in enumerate(pool.map(apply, report.edits), start=1):
+    pool = ThreadPoolExecutor(max_workers=min(WRITERS, os.cpu_count() or 1, max(total, 1)))
+    futures: dict[Future[Path | None], HeaderEdit] = {}
+    try:
+        for edit in report.edits:
+            futures[pool.submit(apply, edit)] = edit
+        for done, future in enumerate(as_completed(futures), start=1):
+            rewritten = future.result()
+            changed.append(futures[future])
             if rewritten is not None:
                 report.rewritten.append(rewritten)
             if progress is not None:
                 progress(done, total)
+    except BaseException:
+        for future in futures:
+            future.cancel()
+        pool.shutdown(wait=True)
+        changed[:] = [edit for future, edit in futures.items() if _succeeded(future)]
+        raise
+    finally:
+        pool.shutdown(wait=True)
+
+
+def _succeeded(future: Future[Path | None]) -> bool:
+    return future.done() and not future.cancelled() and future.exception() is None
+
+
+def _open_as_planned(edit: HeaderEdit, flags: int) -> int:
+    """The shard opened (never through a link where the edit is in place), if it is still the file, unchanged,
+    whose header the edit was planned from."""
+    fd = os.open(edit.path, flags)
+    if file_identity(os.fstat(fd)) != edit.identity:
+        os.close(fd)
+        raise CheckpointError(edit.path, "changed since this run read it; not edited")
+    return fd
 
 
 def _edit_in_place(edit: HeaderEdit) -> None:
     begin, end = edit.span
     with os_errors_named(edit.path, "write"):
-        fd = os.open(edit.path, os.O_RDWR)
+        fd = _open_as_planned(edit, os.O_RDWR | no_follow())
         try:
             write_at(fd, edit.new_raw[begin:end], 8 + begin)
             os.fsync(fd)
@@ -241,12 +324,17 @@ def _rewrite(edit: HeaderEdit) -> None:
     """Write the new header and the unchanged data to a new file, then rename it over the shard."""
     shard = edit.path
     data_start = edit.old_data_start
-    with os_errors_named(shard, "rewrite"), open(shard, "rb") as source, replaced(shard) as target:
-        target.write(struct.pack("<Q", len(edit.new_raw)) + edit.new_raw)
-        target.flush()
-        size = os.fstat(source.fileno()).st_size - data_start
-        if copy_range(source.fileno(), target.fileno(), data_start, size) != size:
-            raise CheckpointError(shard, "ended while being copied")
+    with os_errors_named(shard, "rewrite"):
+        source = _open_as_planned(edit, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        try:
+            with replaced(shard) as target:
+                target.write(struct.pack("<Q", len(edit.new_raw)) + edit.new_raw)
+                target.flush()
+                size = os.fstat(source).st_size - data_start
+                if copy_range(source, target.fileno(), data_start, size) != size:
+                    raise CheckpointError(shard, "ended while being copied")
+        finally:
+            os.close(source)
 
 
 def _verify(report: MigrationReport) -> None:

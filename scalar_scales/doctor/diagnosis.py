@@ -27,6 +27,6 @@ class Diagnosis:
 
 def diagnose(opened: OpenedCheckpoint, *, include: Sequence[str] = ()) -> Diagnosis:
     """Apply every rule to ``opened`` (``include``: also these per-tensor scales, by glob)."""
-    scheme = scheme_of(opened.config)
+    scheme = scheme_of(opened.config, str(opened.location.config))
     scan = scan_shards(opened, include=include, work=ShardChecks(scheme))
     return Diagnosis(scan, scheme, checkpoint_findings(scan, scheme))

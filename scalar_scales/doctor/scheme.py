@@ -1,13 +1,21 @@
 """What a checkpoint's ``config.json`` requires of each NVFP4 module: its group size, and whether it quantizes
-activations (so that the module needs an ``input_global_scale``)."""
+activations (so that the module needs an ``input_global_scale``).
+
+A config group's ``re:`` targets come from the checkpoint, so they are matched
+by :mod:`scalar_scales.doctor.patterns`, in time linear in a module's name
+whatever the pattern; one that cannot be matched so is refused, naming the
+config and the pattern.
+"""
 
 from __future__ import annotations
 
-import re
+import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from scalar_scales.doctor.patterns import PatternError, PatternSet
+from scalar_scales.errors import CheckpointError
 from scalar_scales.nvfp4 import GROUP_SIZE, NVFP4_FORMAT
 
 __all__ = ["Scheme", "group_size_of", "scheme_of"]
@@ -27,11 +35,22 @@ class Scheme:
     group_size: int = GROUP_SIZE
     input_activations: bool | None = None
     groups: tuple[tuple[tuple[str, ...], bool], ...] = ()
+    patterns: PatternSet = field(default_factory=lambda: PatternSet([]), compare=False)
+    """Every group's ``re:`` targets, without the prefix, in the groups' order."""
 
     def needs_input_scale(self, module: str) -> bool:
         if self.input_activations is not None:
             return self.input_activations
-        candidates = [activations for targets, activations in self.groups if _may_target(targets, module)]
+        matching = self.patterns.matching(module)
+        candidates, index = [], 0
+        for targets, activations in self.groups:
+            patterns = sum(target.startswith("re:") for target in targets)
+            may = any(not target.startswith("re:") for target in targets) or bool(
+                matching & set(range(index, index + patterns))
+            )
+            index += patterns
+            if may:
+                candidates.append(activations)
         return bool(candidates) and all(candidates)
 
 
@@ -40,26 +59,10 @@ def group_size_of(scheme: Scheme | None) -> int:
     return GROUP_SIZE if scheme is None else scheme.group_size
 
 
-def _may_target(targets: tuple[str, ...], module: str) -> bool:
-    """Whether a config group with these targets may quantize ``module``, as compressed-tensors matches them.
-
-    A ``re:`` target is matched against the module's name; any other target
-    is the module's name or its class name, which a header does not tell, so
-    it may match.
-    """
-    return any(_matches(target[3:], module) if target.startswith("re:") else True for target in targets)
-
-
-def _matches(pattern: str, module: str) -> bool:
-    """``re.match``, as compressed-tensors matches a ``re:`` target; a pattern it could not compile may match."""
-    try:
-        return re.match(pattern, module) is not None
-    except re.error:
-        return True
-
-
-def scheme_of(config: Mapping[str, Any] | None) -> Scheme | None:
-    """The NVFP4 scheme that ``config.json`` declares; None without a config (then NV202 is not checked).
+def scheme_of(config: Mapping[str, Any] | None, path: str | os.PathLike[str] = "config.json") -> Scheme | None:
+    """The NVFP4 scheme that ``config.json`` (the parsed ``path``) declares; None without a config (then NV202 is
+    not checked). A target is a module's name or class name, which a header does not tell, so any target but a
+    ``re:`` one may match a module.
 
     A malformed ``quantization_config`` gives the scheme of no NVFP4 group
     here: the scan refuses it, naming what is wrong
@@ -83,7 +86,12 @@ def scheme_of(config: Mapping[str, Any] | None) -> Scheme | None:
     if len(set(activations)) == 1:
         return Scheme(size, activations[0])
     targets = tuple(tuple(t for t in _field(group, "targets", list) if isinstance(t, str)) for group in groups)
-    return Scheme(size, None, tuple(zip(targets, activations, strict=True)))
+    patterns = [target[3:] for group in targets for target in group if target.startswith("re:")]
+    try:
+        compiled = PatternSet(patterns)
+    except PatternError as error:
+        raise CheckpointError(path, f"a config group's re: target {error}") from None
+    return Scheme(size, None, tuple(zip(targets, activations, strict=True)), compiled)
 
 
 def _field(group: Mapping[str, Any], key: str, kind: type) -> Any:

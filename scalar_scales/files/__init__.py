@@ -2,13 +2,21 @@
 plan its one-byte-per-scale edit, decode a scale's value, replace a file durably, and edit ``config.json``'s
 marker changing no other byte."""
 
-from scalar_scales.files.config_marker import set_format_version, with_format_version
-from scalar_scales.files.durable import os_errors_named, remove_stale, replaced, temporary_path
+from scalar_scales.files.config_marker import (
+    MarkerEdit,
+    plan_format_version,
+    set_format_version,
+    with_format_version,
+    write_planned,
+)
+from scalar_scales.files.durable import TEMPORARY_NAME, create_exclusive, os_errors_named, remove_stale, replaced
 from scalar_scales.files.header import (
     DTYPE_BITS,
     MAX_HEADER_BYTES,
+    FileIdentity,
     SafetensorsHeader,
     TensorEntry,
+    file_identity,
     header_length_of,
     parse_header,
     read_header,
@@ -19,22 +27,28 @@ from scalar_scales.files.scalars import decode_scalar
 
 __all__ = [
     "DTYPE_BITS",
+    "FileIdentity",
+    "TEMPORARY_NAME",
     "MAX_HEADER_BYTES",
     "HeaderEdit",
     "Layout",
+    "MarkerEdit",
     "SafetensorsHeader",
     "TensorEntry",
+    "create_exclusive",
     "decode_scalar",
+    "file_identity",
     "header_length_of",
     "json_object",
     "os_errors_named",
     "parse_header",
+    "plan_format_version",
     "plan_header_edit",
     "read_header",
     "read_json_object",
     "remove_stale",
     "replaced",
     "set_format_version",
-    "temporary_path",
     "with_format_version",
+    "write_planned",
 ]

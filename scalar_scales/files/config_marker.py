@@ -6,6 +6,11 @@ in the file's text. Adding it appends ``"format_version": 2`` after the last
 member of ``quantization_config``, spaced like that member; removing it
 deletes exactly that text again. Migrating to format 2 and back to legacy
 therefore gives back a marker-less ``config.json`` byte for byte.
+
+The edit is planned (:func:`plan_format_version`) before anything of a
+checkpoint is written, so that a ``config.json`` this tool cannot edit is
+refused while nothing has changed, and written (:func:`write_planned`) last,
+only if the file still holds the text it was planned from.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from scalar_scales.errors import CheckpointError
 from scalar_scales.files.durable import os_errors_named, replaced
 from scalar_scales.nvfp4 import FORMAT_VERSION_KEY
 
-__all__ = ["set_format_version", "with_format_version"]
+__all__ = ["MarkerEdit", "plan_format_version", "set_format_version", "with_format_version", "write_planned"]
 
 _WHITESPACE = " \t\n\r"
 _QUANTIZATION_CONFIG = "quantization_config"
@@ -37,8 +42,17 @@ class _Member(NamedTuple):
     value_end: int
 
 
-def set_format_version(path: str | os.PathLike[str], version: int | None, *, durable: bool = True) -> bool:
-    """Make ``config.json`` at ``path`` declare ``version`` (None: no key, which is legacy); True if it changed."""
+class MarkerEdit(NamedTuple):
+    """A planned marker edit: the file, the bytes it was planned from, and the bytes it gets."""
+
+    path: Path
+    old: bytes
+    new: bytes
+
+
+def plan_format_version(path: str | os.PathLike[str], version: int | None) -> MarkerEdit | None:
+    """The edit that makes ``config.json`` at ``path`` declare ``version`` (None: no key, which is legacy), or None
+    where it already does. A file this tool cannot edit is a :class:`CheckpointError` here."""
     path = Path(path)
     with os_errors_named(path, "read"):
         raw = path.read_bytes()
@@ -47,11 +61,26 @@ def set_format_version(path: str | os.PathLike[str], version: int | None, *, dur
     except UnicodeDecodeError as exc:
         raise CheckpointError(path, f"cannot read: {exc}") from None
     new = with_format_version(text, version, path)
-    if new == text:
-        return False
-    with os_errors_named(path, "write"), replaced(path, durable=durable, text=True) as f:
-        f.write(new)
-    return True
+    return None if new == text else MarkerEdit(path, raw, new.encode("utf-8"))
+
+
+def write_planned(edit: MarkerEdit, *, durable: bool = True) -> None:
+    """Write a planned marker edit, atomically; refuse if the file no longer holds what the edit was planned from."""
+    with os_errors_named(edit.path, "read"):
+        current = edit.path.read_bytes()
+    if current != edit.old:
+        raise CheckpointError(edit.path, "changed while this run was migrating the shards; its marker was not written")
+    with os_errors_named(edit.path, "write"), replaced(edit.path, durable=durable) as f:
+        f.write(edit.new)
+
+
+def set_format_version(path: str | os.PathLike[str], version: int | None, *, durable: bool = True) -> bool:
+    """Make ``config.json`` at ``path`` declare ``version`` now (None: no key, which is legacy); True if it
+    changed."""
+    edit = plan_format_version(path, version)
+    if edit is not None:
+        write_planned(edit, durable=durable)
+    return edit is not None
 
 
 def with_format_version(text: str, version: int | None, path: str | os.PathLike[str] = "config.json") -> str:

@@ -1,43 +1,69 @@
-"""Replace a file so that a reader sees the old one or the new one, never a torn one.
+"""Replace a file so that a reader sees the old one or the new one, never a torn one, and write nothing else.
 
 The new content is written to a temporary file beside the target, given the
 target's mode and owner, then renamed over it. With ``durable``, the file and
-its folder (where the OS can, docs/migrate.md) are fsynced too, so the new file also survives a power loss. A
-failure on the way removes the temporary file and leaves the target as it
-was; a run killed on the way leaves the temporary file, which
-``remove_stale`` clears at the next run.
+its folder are fsynced too (where the OS can, docs/migrate.md), so the new
+file also survives a power loss. A failure on the way removes the temporary
+file and leaves the target as it was.
+
+The temporary file is created exclusively (``O_EXCL``) and never through a
+link (``O_NOFOLLOW``), under a name no one can guess
+(``.scalar-scales-<random>.tmp``), so a link or file planted in a shared
+folder is never written through or over. The name is short whatever the
+target's name, so no file name is too long for it. A run killed on the way
+leaves its temporary file, which :func:`remove_stale` clears at the next
+run: only files of that name, never following a link, each refusal naming
+its file.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import re
+import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import BinaryIO
 
 from scalar_scales.errors import CheckpointError
-from scalar_scales.system.fileops import sync_folder, take_mode_and_owner
+from scalar_scales.system.fileops import no_follow, sync_folder, take_mode_and_owner
 
-__all__ = ["os_errors_named", "remove_stale", "replaced", "temporary_path"]
+__all__ = ["TEMPORARY_NAME", "create_exclusive", "os_errors_named", "remove_stale", "replaced"]
+
+TEMPORARY_NAME = re.compile(r"\.scalar-scales-[0-9a-f]{16}\.tmp|\..+\.scalar-scales\.tmp")
+"""A temporary file of this tool: ``.scalar-scales-<16 hex digits>.tmp``, or, from releases before it,
+``.<name>.scalar-scales.tmp``."""
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
 
 
-def temporary_path(path: Path) -> Path:
-    """Where the new content of ``path`` is written before it is renamed over it."""
-    return path.with_name(f".{path.name}.scalar-scales.tmp")
+def create_exclusive(folder: Path) -> tuple[int, Path]:
+    """A new, empty file in ``folder`` under an unguessable temporary name: its descriptor and path."""
+    for _ in range(16):
+        path = folder / f".scalar-scales-{secrets.token_hex(8)}.tmp"
+        try:
+            return os.open(path, _CREATE | no_follow(), 0o600), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary file name", str(folder))
 
 
 @contextmanager
-def replaced(path: str | os.PathLike[str], *, durable: bool = True, text: bool = False) -> Iterator[IO[Any]]:
-    """A file to write the new content of ``path`` into; it replaces ``path`` when the block ends without error."""
+def replaced(path: str | os.PathLike[str], *, durable: bool = True) -> Iterator[BinaryIO]:
+    """A file to write the new content of ``path`` into; it replaces ``path`` when the block ends without error.
+
+    ``path`` itself may be a link (a Hugging Face cache snapshot's): the link
+    is replaced by the new file, and what it pointed to is not touched.
+    """
     path = Path(path)
-    tmp = temporary_path(path)
     try:
         before = os.stat(path)
     except FileNotFoundError:
         before = None
+    fd, tmp = create_exclusive(path.parent)
     try:
-        with open(tmp, "w" if text else "wb", **({"encoding": "utf-8", "newline": ""} if text else {})) as f:
+        with os.fdopen(fd, "wb") as f:
             yield f
             if before is not None:
                 take_mode_and_owner(f.fileno(), tmp, before)
@@ -61,10 +87,19 @@ def os_errors_named(path: str | os.PathLike[str], doing: str) -> Iterator[None]:
         raise CheckpointError(path, f"cannot {doing}: {exc.strerror or exc}") from None
 
 
-def remove_stale(path: str | os.PathLike[str]) -> bool:
-    """Remove the temporary file a killed run left beside ``path``; True if there was one."""
-    try:
-        os.unlink(temporary_path(Path(path)))
-    except FileNotFoundError:
-        return False
-    return True
+def remove_stale(folder: str | os.PathLike[str]) -> list[Path]:
+    """Remove the temporary files killed runs left in ``folder`` (links themselves, never what they point to);
+    return them. A folder of that name is left alone."""
+    removed = []
+    with os_errors_named(folder, "list"), os.scandir(folder) as entries:
+        stale = [Path(entry.path) for entry in entries if TEMPORARY_NAME.fullmatch(entry.name)]
+    for path in stale:
+        if path.is_dir() and not path.is_symlink():
+            continue
+        with os_errors_named(path, "remove a stale temporary file"):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                continue
+        removed.append(path)
+    return removed

@@ -55,8 +55,10 @@ from typing import Any, NamedTuple
 from scalar_scales.errors import CheckpointError
 
 __all__ = [
+    "FileIdentity",
     "SafetensorsHeader",
     "TensorEntry",
+    "file_identity",
     "DTYPE_BITS",
     "MAX_HEADER_BYTES",
     "header_length_of",
@@ -129,7 +131,9 @@ class SafetensorsHeader:
     the byte range inside ``raw`` between the brackets of its shape; None for
     any other layout. It is worked out only when an edit asks for it.
     ``path`` is a local :class:`Path`, or the ``hf://`` address (a string) of
-    a remote file read by range requests.
+    a remote file read by range requests. ``identity``, for a local file, is
+    the one that was read (:func:`file_identity`), so that an edit can tell it
+    still has it.
     """
 
     path: Path | str
@@ -141,6 +145,7 @@ class SafetensorsHeader:
     ends: list[int]
     metadata: dict[str, str] | None
     compact: _CompactLayout | None
+    identity: FileIdentity | None = None
 
     @property
     def data_start(self) -> int:
@@ -193,12 +198,25 @@ def read_header(path: str | os.PathLike[str]) -> SafetensorsHeader:
     path = Path(path)
     try:
         with open(path, "rb") as f:
-            file_size = os.fstat(f.fileno()).st_size
-            header_length = header_length_of(path, f.read(8), file_size)
+            identity = file_identity(os.fstat(f.fileno()))
+            header_length = header_length_of(path, f.read(8), identity.size)
             raw = f.read(header_length)
     except OSError as exc:
         raise CheckpointError(path, f"cannot read: {exc.strerror or exc}") from None
-    return parse_header(path, raw, file_size)
+    return parse_header(path, raw, identity.size, identity)
+
+
+class FileIdentity(NamedTuple):
+    """Which file, in which state: the same on reading and on editing means no one changed it in between."""
+
+    device: int
+    inode: int
+    size: int
+    modified_ns: int
+
+
+def file_identity(status: os.stat_result) -> FileIdentity:
+    return FileIdentity(status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
 
 
 def header_length_of(path: str | os.PathLike[str], prefix: bytes, file_size: int) -> int:
@@ -213,7 +231,9 @@ def header_length_of(path: str | os.PathLike[str], prefix: bytes, file_size: int
     return header_length
 
 
-def parse_header(path: Path | str, raw: bytes, file_size: int) -> SafetensorsHeader:
+def parse_header(
+    path: Path | str, raw: bytes, file_size: int, identity: FileIdentity | None = None
+) -> SafetensorsHeader:
     """Validate the header ``raw`` of a ``file_size``-byte file: what :func:`read_header` does once it has the bytes.
 
     ``path`` names the file in errors: a local path, or the address of a
@@ -232,6 +252,7 @@ def parse_header(path: Path | str, raw: bytes, file_size: int) -> SafetensorsHea
         ends=columns.ends,
         metadata=columns.metadata,
         compact=columns.compact,
+        identity=identity,
     )
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Literal
 
 from scalar_scales.errors import CheckpointError
-from scalar_scales.files.header import SafetensorsHeader
+from scalar_scales.files.header import FileIdentity, SafetensorsHeader
 
 __all__ = ["HeaderEdit", "Layout", "plan_header_edit"]
 
@@ -50,6 +50,9 @@ class HeaderEdit:
 
     path: Path
     old_length: int
+    identity: FileIdentity | None
+    """The file the plan was made from (:func:`~scalar_scales.files.header.file_identity`): the one an edit must
+    still find."""
     new_raw: bytes
     changed: tuple[str, ...]
     span: tuple[int, int]
@@ -92,7 +95,9 @@ def plan_header_edit(header: SafetensorsHeader, indices: Collection[int], to: La
     if not in_place:
         new_raw = _padded(new_raw.rstrip(b" "))
         span = (0, len(new_raw))
-    edit = HeaderEdit(header.path, len(raw), new_raw, tuple(header.names[i] for i in todo), span, in_place)
+    edit = HeaderEdit(
+        header.path, len(raw), header.identity, new_raw, tuple(header.names[i] for i in todo), span, in_place
+    )
     if header.shape_spans is None or not in_place:
         _check(header, edit, want)
     return edit

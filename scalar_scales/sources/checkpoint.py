@@ -26,6 +26,7 @@ __all__ = [
     "CONFIG_NAME",
     "INDEX_NAME",
     "SINGLE_FILE_NAME",
+    "UNIQUE_KEYS",
     "CheckpointLocation",
     "Declaration",
     "OpenedCheckpoint",
@@ -39,6 +40,8 @@ __all__ = [
 CONFIG_NAME = "config.json"
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_FILE_NAME = "model.safetensors"
+UNIQUE_KEYS = {CONFIG_NAME: "quantization_config"}
+"""What a tool reads of each JSON file to decide, in which no key may be given twice (``files.json_document``)."""
 
 
 class CheckpointLocation(Protocol):

@@ -4,28 +4,48 @@ Only what the checks need is fetched: the repository's file list (the
 model-info endpoint), ``config.json`` and the index, each shard's header,
 and the bytes of its global scales, all through HTTP range requests on the
 files' resolve addresses. On a DeepSeek-V4-Flash-sized checkpoint that is
-well under 1% of its bytes.
+well under 1% of its bytes. No byte is fetched twice: scale bytes inside a
+shard's first read are taken from it.
 
 Requests go through ``huggingface_hub``, the optional ``hub`` extra, so its
 endpoint (``HF_ENDPOINT``), token (``HF_TOKEN`` or a saved login), offline
-mode and redirects behave as everywhere else it is used. It is imported
-only here, and only when an ``hf://`` address is checked.
+mode, timeouts (``HF_HUB_ETAG_TIMEOUT`` for the model info,
+``HF_HUB_DOWNLOAD_TIMEOUT`` for files: 10 seconds each unless set),
+repository-id rules and redirects behave as everywhere else it is used. It
+is imported only here, and only when an ``hf://`` address is checked.
+
+A server is not trusted. Every read is pinned to the commit the model info
+names, so a push during a check cannot mix two commits. A range reply must
+be 206, uncompressed, and hold exactly the bytes asked for, starting where
+its Content-Range says; bodies are read with a bound, so memory stays
+bounded whatever the server sends, and each request must finish within
+:data:`DEADLINE_FACTOR` times its timeout. Anything else (a malformed model
+info, a short or long body, a hang) is one line naming the address, exit 2.
 """
 
 from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 from scalar_scales.errors import CheckpointError
 from scalar_scales.files.header import SafetensorsHeader, header_length_of, parse_header
 from scalar_scales.files.json_document import json_object
 from scalar_scales.files.scalars import decode_scalar
-from scalar_scales.sources.checkpoint import CONFIG_NAME, INDEX_NAME, OpenedCheckpoint, shard_name, shard_names
+from scalar_scales.sources.checkpoint import (
+    CONFIG_NAME,
+    INDEX_NAME,
+    UNIQUE_KEYS,
+    OpenedCheckpoint,
+    shard_name,
+    shard_names,
+)
 
 __all__ = ["HUB_PREFIX", "HubShards", "RemoteCheckpoint", "is_hub_address", "open_hub_checkpoint"]
 
@@ -34,7 +54,12 @@ FIRST_READ = 64 * 1024
 """Bytes asked for first from each shard: the length and, for most shards, the whole header, in one request."""
 RANGE_GAP = 4096
 """Scale byte ranges closer than this are fetched as one request."""
-
+MAX_JSON_BYTES = 256 << 20
+"""The most a JSON reply (model info, config, index) may hold once decoded; a V4-Flash index is 13 MB."""
+DEADLINE_FACTOR = 6
+"""A request must end within this many times its timeout, however slowly the server trickles its bytes."""
+_CHUNK = 1 << 16
+_COMMIT = re.compile(r"[0-9a-f]{40}")
 _ADDRESS = re.compile(r"hf://(?P<repo>[^/@\s]+/[^/@\s]+)(?:@(?P<revision>\S+))?")
 
 
@@ -53,20 +78,62 @@ class RemoteCheckpoint:
     weight_map: dict[str, str] | None
 
 
+class _Client:
+    """GET requests through huggingface_hub's session, with a timeout, a deadline and a bound on the body."""
+
+    def __init__(self, timeout: float) -> None:
+        from huggingface_hub.utils import build_hf_headers, get_session
+
+        self._session = get_session()
+        self._headers = build_hf_headers()
+        self.timeout = timeout
+
+    @contextmanager
+    def get(self, url: str, where: str, headers: dict[str, str]) -> Iterator[Any]:
+        """The reply to a GET, open, with huggingface_hub's errors and the network's as one line naming
+        ``where``. A 416 (a range past the end of the file) is left to the caller."""
+        with (
+            _hub_errors(where),
+            self._session.stream("GET", url, headers={**self._headers, **headers}, timeout=self.timeout) as response,
+        ):
+            if response.status_code >= 400 and response.status_code != 416:
+                self.read(response, where, 1 << 20, decoded=True)
+                from huggingface_hub.utils import hf_raise_for_status
+
+                hf_raise_for_status(response)
+            yield response
+
+    def read(self, response: Any, where: str, limit: int, *, decoded: bool) -> bytes:
+        """The body, at most ``limit`` bytes (more is refused), within the deadline; ``decoded``: as the server's
+        Content-Encoding inflates it, else the bytes as sent."""
+        chunks, size = [], 0
+        deadline = time.monotonic() + DEADLINE_FACTOR * self.timeout
+        stream = response.iter_bytes(_CHUNK) if decoded else response.iter_raw(_CHUNK)
+        for chunk in stream:
+            size += len(chunk)
+            if size > limit:
+                raise CheckpointError(where, f"the server sent more than the {limit} bytes asked for")
+            chunks.append(chunk)
+            if time.monotonic() > deadline:
+                raise CheckpointError(where, f"the server took over {DEADLINE_FACTOR * self.timeout:g} s to reply")
+        return b"".join(chunks)
+
+
 class HubShards:
-    """Reads a repository's files by range requests, and counts the bytes that came."""
+    """Reads a repository's files at one commit by range requests, and counts the bytes that came."""
 
     network = True
 
-    def __init__(self, address: str, repo_id: str, revision: str | None) -> None:
-        from huggingface_hub import hf_hub_url
-        from huggingface_hub.utils import build_hf_headers, get_session
+    def __init__(self, address: str, repo_id: str, commit: str) -> None:
+        from huggingface_hub import constants, hf_hub_url
 
         self.address = address
-        self._url = lambda name: hf_hub_url(repo_id, name, revision=revision)
-        self._headers = build_hf_headers()
-        self._session = get_session()
+        self.commit = commit
+        self._url = lambda name: hf_hub_url(repo_id, name, revision=commit)
+        self._client = _Client(constants.HF_HUB_DOWNLOAD_TIMEOUT)
         self._lock = threading.Lock()
+        self._first: dict[str, bytes] = {}
+        """Each shard's first read: its scale bytes are taken from it where they lie inside."""
         self.bytes_fetched = 0
         self.file_sizes: dict[str, int] = {}
         """The size of each file read from, as the server reports it."""
@@ -82,7 +149,9 @@ class HubShards:
     def read_header(self, file: str) -> SafetensorsHeader:
         name = shard_name(file)
         first, size = self._get(name, 0, FIRST_READ - 1)
-        self.file_sizes[name] = size
+        with self._lock:
+            self.file_sizes[name] = size
+            self._first[name] = first
         length = header_length_of(file, first[:8], size)
         raw = first[8 : 8 + length]
         if len(raw) < length:
@@ -92,53 +161,64 @@ class HubShards:
 
     def read_values(self, header: SafetensorsHeader, indices: list[int]) -> list[float | None]:
         name = shard_name(header.path)
+        first = self._first.get(name, b"")
         values: list[float | None] = [None] * len(indices)
         order = sorted(range(len(indices)), key=lambda k: header.begins[indices[k]])
-        for span in _spans([(header.begins[indices[k]], header.ends[indices[k]]) for k in order], order):
-            begin, end, members = span
-            data, _ = self._get(name, header.data_start + begin, header.data_start + end - 1)
+        for begin, end, members in _spans([(header.begins[indices[k]], header.ends[indices[k]]) for k in order], order):
+            at = header.data_start + begin
+            if header.data_start + end <= len(first):
+                data = first[at : header.data_start + end]
+            else:
+                data, _ = self._get(name, at, header.data_start + end - 1)
             for k in members:
                 i = indices[k]
                 values[k] = decode_scalar(header.dtypes[i], data, header.begins[i] - begin)
         return values
 
     def read_json(self, name: str) -> dict[str, Any]:
-        _, body = self._fetch(name, {})
-        self.file_sizes[name] = len(body)
-        return json_object(body, self.label(name))
+        where = self.label(name)
+        with self._client.get(self._url(name), where, {}) as response:
+            body = self._client.read(response, where, MAX_JSON_BYTES, decoded=True)
+        self._count(len(body))
+        with self._lock:
+            self.file_sizes[name] = len(body)
+        return json_object(body, where, UNIQUE_KEYS.get(name))
 
     def _get(self, name: str, first: int, last: int) -> tuple[bytes, int]:
-        """Bytes ``first``..``last`` (inclusive) of ``name``, or fewer at its end; and the file's size."""
-        headers, body = self._fetch(name, {"Range": f"bytes={first}-{last}"})
-        size = _total_size(headers.get("Content-Range", ""))
-        if size is None:
-            raise CheckpointError(self.label(name), "the server's reply has no Content-Range with the file's size")
+        """Bytes ``first``..``last`` (inclusive) of ``name``, or fewer at its end; and the file's size.
+
+        The reply must be a 206 whose Content-Range starts at ``first`` and
+        gives the file's size, not compressed, with exactly the bytes it says.
+        """
+        where = self.label(name)
+        headers = {"Range": f"bytes={first}-{last}", "Accept-Encoding": "identity"}
+        with self._client.get(self._url(name), where, headers) as response:
+            if response.status_code == 416:
+                raise CheckpointError(where, "truncated: the file is empty")
+            if response.status_code != 206:
+                raise CheckpointError(
+                    where, f"the server answered a range request with HTTP {response.status_code}, not 206"
+                )
+            encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
+            if encoding not in ("", "identity"):
+                raise CheckpointError(where, f"the server sent a range {encoding}-encoded, where none was asked for")
+            span = _content_range(response.headers.get("Content-Range", ""))
+            if span is None:
+                raise CheckpointError(where, "the server's reply has no Content-Range with the file's size")
+            start, end, size = span
+            if start != first or end != min(last, size - 1):
+                raise CheckpointError(
+                    where, f"the server sent bytes {start}-{end} of {size} where {first}-{last} were asked for"
+                )
+            body = self._client.read(response, where, end - start + 1, decoded=False)
+        self._count(len(body))
+        if len(body) != end - start + 1:
+            raise CheckpointError(where, f"the server sent {len(body)} bytes of the {end - start + 1} it announced")
         return body, size
 
-    def _fetch(self, name: str, headers: dict[str, str]) -> tuple[Any, bytes]:
-        """GET ``name``: the reply's headers and body, its bytes counted.
-
-        A reply to a range request that is not 206 (a server sending the
-        whole file) is closed unread.
-        """
-        url, ranged = self._url(name), "Range" in headers
-        with (
-            _hub_errors(self.label(name)),
-            self._session.stream("GET", url, headers={**self._headers, **headers}) as response,
-        ):
-            if ranged and response.status_code == 416:
-                raise CheckpointError(self.label(name), "truncated: the file is empty")
-            if response.status_code >= 400:
-                response.read()
-                _raise_for_status(response)
-            if ranged and response.status_code != 206:
-                raise CheckpointError(
-                    self.label(name), f"the server answered a range request with HTTP {response.status_code}, not 206"
-                )
-            body = response.read()
+    def _count(self, size: int) -> None:
         with self._lock:
-            self.bytes_fetched += len(body)
-        return response.headers, body
+            self.bytes_fetched += size
 
 
 def _spans(ranges: list[tuple[int, int]], order: list[int]) -> list[tuple[int, int, list[int]]]:
@@ -153,32 +233,25 @@ def _spans(ranges: list[tuple[int, int]], order: list[int]) -> list[tuple[int, i
     return spans
 
 
-def _total_size(content_range: str) -> int | None:
-    match = re.fullmatch(r"bytes (?:\d+-\d+|\*)/(\d+)", content_range.strip())
-    return int(match.group(1)) if match else None
-
-
-def _raise_for_status(response: Any) -> None:
-    from huggingface_hub.utils import hf_raise_for_status
-
-    hf_raise_for_status(response)
+def _content_range(header: str) -> tuple[int, int, int] | None:
+    """(start, end, size) of ``bytes START-END/SIZE``, or None."""
+    match = re.fullmatch(r"bytes (\d+)-(\d+)/(\d+)", header.strip())
+    return None if match is None else (int(match[1]), int(match[2]), int(match[3]))
 
 
 @contextmanager
 def _hub_errors(where: str) -> Iterator[None]:
-    """Turn what ``huggingface_hub`` and the network raise into a one-line :class:`CheckpointError`."""
+    """Turn whatever ``huggingface_hub``, the network and a server's reply raise into a one-line
+    :class:`CheckpointError`."""
     try:
         yield
     except CheckpointError:
         raise
     except Exception as error:
-        problem = _problem(error)
-        if problem is None:
-            raise
-        raise CheckpointError(where, problem) from None
+        raise CheckpointError(where, _problem(error)) from None
 
 
-def _problem(error: Exception) -> str | None:
+def _problem(error: Exception) -> str:
     from huggingface_hub import errors
 
     status = getattr(getattr(error, "response", None), "status_code", None)
@@ -195,26 +268,74 @@ def _problem(error: Exception) -> str | None:
         return f"file not found (HTTP {status})"
     if isinstance(error, errors.HfHubHTTPError):
         return f"HTTP {status}: {first_line}"
+    if "Timeout" in type(error).__name__:
+        return f"the Hub did not answer in time ({first_line or 'timed out'})"
     if isinstance(error, OSError) or type(error).__module__.split(".")[0] in {"httpx", "httpx2", "httpcore"}:
         return f"cannot reach the Hub: {first_line}"
-    return None
+    return f"unexpected reply ({type(error).__name__}: {first_line})"
 
 
-def open_hub_checkpoint(address: str) -> OpenedCheckpoint:
-    """The checkpoint at ``hf://ORG/NAME[@REVISION]``, its parsed config, and the reader of its files."""
-    match = _ADDRESS.fullmatch(address)
-    if match is None:
-        raise CheckpointError(address, "not a Hub address; the form is hf://ORG/NAME or hf://ORG/NAME@REVISION")
+def _model_info(repo_id: str, revision: str | None, address: str) -> tuple[str, set[str]]:
+    """The commit a revision names, and the repository's files at it, from the model-info endpoint.
+
+    Asked for as ``HfApi.model_info`` asks, through huggingface_hub's session
+    and token, but read and checked here, so that a reply of another shape is
+    one line rather than an error inside huggingface_hub.
+    """
+    from huggingface_hub import constants
+
+    url = f"{constants.ENDPOINT}/api/models/{repo_id}"
+    if revision is not None:
+        url += f"/revision/{quote(revision, safe='')}"
+    client = _Client(constants.HF_HUB_ETAG_TIMEOUT)
+    with client.get(url, address, {}) as response:
+        body = client.read(response, address, MAX_JSON_BYTES, decoded=True)
     try:
-        from huggingface_hub import HfApi
+        info = json_object(body, address)
+    except CheckpointError:
+        raise CheckpointError(address, "the Hub's model-info reply is not a JSON object") from None
+    sha, siblings = info.get("sha"), info.get("siblings")
+    if not isinstance(sha, str) or not _COMMIT.fullmatch(sha):
+        raise CheckpointError(address, "the Hub's model-info reply names no commit (sha)")
+    if not isinstance(siblings, list) or not all(
+        isinstance(s, dict) and isinstance(s.get("rfilename"), str) for s in siblings
+    ):
+        raise CheckpointError(address, "the Hub's model-info reply has no list of files (siblings with rfilename)")
+    return sha, {sibling["rfilename"] for sibling in siblings}
+
+
+def _start_huggingface_hub(address: str) -> None:
+    """Import huggingface_hub, which reads its settings as it is imported: a missing package, or a setting it
+    refuses (``HF_ENDPOINT=http://[::1``), is one line."""
+    try:
+        import huggingface_hub.constants  # noqa: F401
+        import huggingface_hub.utils  # noqa: F401
     except ImportError:
         raise CheckpointError(
             address, "checking a Hub repository needs huggingface_hub: pip install 'scalar-scales[hub]'"
         ) from None
+    except Exception as error:
+        raise CheckpointError(
+            address, f"huggingface_hub refuses its settings ({type(error).__name__}: {error}); check HF_ENDPOINT"
+        ) from None
+
+
+def open_hub_checkpoint(address: str) -> OpenedCheckpoint:
+    """The checkpoint at ``hf://ORG/NAME[@REVISION]``, its parsed config, and the reader of its files, all at the
+    commit the revision names now."""
+    match = _ADDRESS.fullmatch(address)
+    if match is None:
+        raise CheckpointError(address, "not a Hub address; the form is hf://ORG/NAME or hf://ORG/NAME@REVISION")
+    _start_huggingface_hub(address)
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
     repo_id, revision = match["repo"], match["revision"]
-    with _hub_errors(address):
-        siblings = {sibling.rfilename for sibling in HfApi().model_info(repo_id, revision=revision).siblings or ()}
-    shards = HubShards(address, repo_id, revision)
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as error:
+        raise CheckpointError(address, f"not a repository id huggingface_hub accepts: {error}") from None
+    commit, siblings = _model_info(repo_id, revision, address)
+    shards = HubShards(address, repo_id, commit)
     config = shards.read_json(CONFIG_NAME) if CONFIG_NAME in siblings else None
     names, weight_map = shard_names(siblings.__contains__, lambda: shards.read_json(INDEX_NAME), address, shards.label)
     checkpoint = RemoteCheckpoint(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from scalar_scales.errors import CheckpointError
 from scalar_scales.files.header import SafetensorsHeader, read_header
 from scalar_scales.files.json_document import read_json_object
 from scalar_scales.files.scalars import decode_scalar
-from scalar_scales.sources.checkpoint import CONFIG_NAME, INDEX_NAME, OpenedCheckpoint, shard_names
+from scalar_scales.sources.checkpoint import CONFIG_NAME, INDEX_NAME, UNIQUE_KEYS, OpenedCheckpoint, shard_names
 
 __all__ = [
     "LOCAL_SHARDS",
@@ -42,32 +43,70 @@ class Checkpoint:
 
 
 def resolve_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
-    """A folder (index or single ``model.safetensors``) or a single ``.safetensors`` file."""
+    """A folder (index or single ``model.safetensors``) or a single ``.safetensors`` file.
+
+    Every file it names must be a regular file (or a link to one): a
+    dangling link, a folder or a FIFO where a shard, the index or
+    ``config.json`` should be is refused, naming it, and never opened (a FIFO
+    would block the read).
+    """
+    if not os.fspath(path):
+        raise CheckpointError('""', "no checkpoint named: give a folder, a .safetensors file or hf://ORG/NAME")
     root = Path(path)
-    if root.is_file():
+    kind = _kind(root)
+    if kind == "a file":
         if root.suffix != ".safetensors":
             raise CheckpointError(root, "not a .safetensors file")
         return Checkpoint(root, Path(os.path.realpath(root.parent)), (root,), None)
-    if not root.is_dir():
+    if kind == "missing":
         raise CheckpointError(root, "no such file or folder")
+    if kind != "a folder":
+        raise CheckpointError(root, f"is {kind}, not a checkpoint folder or a .safetensors file")
     names, weight_map = shard_names(
-        lambda name: (root / name).is_file(), lambda: read_json_object(root / INDEX_NAME), root, lambda n: str(root / n)
+        lambda name: _kind(root / name) != "missing",
+        lambda: read_json_object(_regular(root / INDEX_NAME)),
+        root,
+        lambda n: str(root / n),
     )
-    config = root / CONFIG_NAME if (root / CONFIG_NAME).is_file() else None
-    return Checkpoint(root, Path(os.path.realpath(root)), tuple(root / name for name in names), config, weight_map)
+    files = tuple(_regular(root / name) for name in names)
+    config = _regular(root / CONFIG_NAME) if _kind(root / CONFIG_NAME) != "missing" else None
+    return Checkpoint(root, Path(os.path.realpath(root)), files, config, weight_map)
+
+
+def _kind(path: Path) -> str:
+    """``a file``, ``a folder``, ``missing``, or what else is there: a dangling link, a FIFO, ..."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "a dangling link" if os.path.islink(path) else "missing"
+    except OSError as exc:
+        raise CheckpointError(path, f"cannot read: {exc.strerror or exc}") from None
+    if stat.S_ISREG(mode):
+        return "a file"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    return {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket"}.get(stat.S_IFMT(mode), "a device")
+
+
+def _regular(path: Path) -> Path:
+    """``path``, which must be a regular file (or a link to one)."""
+    kind = _kind(path)
+    if kind != "a file":
+        raise CheckpointError(path, f"is {kind}, not a file")
+    return path
 
 
 def open_local(path: str | os.PathLike[str] | Checkpoint) -> OpenedCheckpoint:
     """The checkpoint at ``path`` (or already resolved), its parsed ``config.json``, and the reader of its files."""
     checkpoint = path if isinstance(path, Checkpoint) else resolve_checkpoint(path)
-    config = read_json_object(checkpoint.config) if checkpoint.config else None
+    config = read_json_object(checkpoint.config, UNIQUE_KEYS[CONFIG_NAME]) if checkpoint.config else None
     return OpenedCheckpoint(checkpoint, config, LOCAL_SHARDS)
 
 
 def read_config(folder: str | os.PathLike[str]) -> dict[str, Any] | None:
     """``config.json`` of the checkpoint folder, parsed; None where there is none."""
     config = Path(folder) / CONFIG_NAME
-    return read_json_object(config) if config.is_file() else None
+    return read_json_object(config, UNIQUE_KEYS[CONFIG_NAME]) if config.is_file() else None
 
 
 def read_headers(path: str | os.PathLike[str]) -> list[SafetensorsHeader]:

@@ -13,6 +13,12 @@ Spawned workers hash strings with their own seed, so what a job hashes that
 the parent must compare is hashed with :attr:`Workers.name_hash`: the
 built-in ``hash`` where every process shares it, else a hash that any
 process computes alike.
+
+Ctrl-C reaches every process of a terminal's foreground group, so workers
+ignore SIGINT and leave it to the parent. When the parent is interrupted
+(or a job fails), the jobs not started are cancelled and it does not wait
+for the ones under way: workers end with their parent, and a thread stuck
+on a slow server ends at its request's timeout.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import sys
 import threading
 import zlib
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -68,16 +74,24 @@ class Workers:
         if self.kind == "here":
             return [job(item) for item in items]
         if self.kind == "threads":
-            with ThreadPoolExecutor(max_workers=THREADS) as pool:
-                return list(pool.map(job, items))
-        fork = self.kind == "fork"
-        with ProcessPoolExecutor(
-            max_workers=self.processes,
-            mp_context=multiprocessing.get_context(self.kind),
-            initializer=_start_forked if fork else _start_spawned,
-            initargs=(os.getpid(), held_descriptors()) if fork else (),
-        ) as pool:
-            return list(pool.map(job, items, chunksize=max(1, len(items) // (4 * self.processes))))
+            pool: Executor = ThreadPoolExecutor(max_workers=THREADS)
+            results = pool.map(job, items)
+        else:
+            fork = self.kind == "fork"
+            pool = ProcessPoolExecutor(
+                max_workers=self.processes,
+                mp_context=multiprocessing.get_context(self.kind),
+                initializer=_start_forked if fork else _start_spawned,
+                initargs=(os.getpid(), held_descriptors()) if fork else (),
+            )
+            results = pool.map(job, items, chunksize=max(1, len(items) // (4 * self.processes)))
+        try:
+            done = list(results)
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+        return done
 
 
 def workers_for(count: int, *, network: bool = False) -> Workers:
@@ -108,6 +122,7 @@ def _start_forked(parent: int, fds: tuple[int, ...]) -> None:
     killed run takes its workers with it. A parent already gone before that
     was set is caught by the ``getppid`` check.
     """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:
         os._exit(1)
@@ -118,6 +133,7 @@ def _start_forked(parent: int, fds: tuple[int, ...]) -> None:
 def _start_spawned() -> None:
     """End this worker as soon as its parent is gone: its sentinel becomes ready when the parent's end of the
     pipe closes, which the OS does for a process that ends in any way."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = multiprocessing.parent_process()
     if parent is None:
         return

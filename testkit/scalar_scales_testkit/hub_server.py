@@ -1,15 +1,36 @@
-"""A local stand-in for the Hugging Face Hub: serves checkpoint folders the way its endpoints do.
+"""A local stand-in for the Hugging Face Hub: serves checkpoint folders the way its endpoints do, or, on request,
+the way a hostile server would.
 
 - ``GET /api/models/ORG/NAME`` and ``/api/models/ORG/NAME/revision/REV``:
-  model info, with ``siblings`` listing the repository's files.
-- ``GET /ORG/NAME/resolve/REV/FILE``: the file; range requests answered
-  206 with ``Content-Range``, as the Hub's storage does. Large files
-  (``.safetensors``) are redirected (302) to a storage address first, as
-  the Hub does for LFS files.
+  model info, with ``sha`` (the revision's commit) and ``siblings``
+  listing the repository's files.
+- ``GET /ORG/NAME/resolve/REV/FILE``: the file, where REV is a revision or
+  a commit; range requests answered 206 with ``Content-Range``, as the
+  Hub's storage does. Large files (``.safetensors``) are redirected (302) to
+  a storage address first, as the Hub does for LFS files.
 - Errors carry the Hub's ``X-Error-Code`` (``RepoNotFound``,
   ``RevisionNotFound``, ``EntryNotFound``), which ``huggingface_hub`` maps
   to its exceptions. A private repository answers 401 without the right
   bearer token.
+
+A commit is named after the folder it serves, so a revision moved to another
+folder during a check (``HubRepository.after_model_info``: a push) keeps
+serving the commit the client was told.
+
+Misbehaviours (``HubRepository.misbehave``), each a way a server has been
+seen, or could be made, to answer:
+
+==================  =================================================================================
+``hang``            model info and files: accept the connection, never answer (``hang-files``: files)
+``html``            model info: 200 with an HTML page
+``siblings-text``   model info: ``siblings`` is a string
+``no-rfilename``    model info: a sibling without ``rfilename``
+``a-list``          model info: a JSON list
+``from-zero``       ranges: 206 with the file's first bytes, under an honest ``Content-Range``
+``oversized``       ranges: a body far longer than the range asked for (and its length)
+``gzip-bomb``       ranges: ``Content-Encoding: gzip``, inflating to 1 GiB
+``short``           ranges: fewer bytes than the ``Content-Range`` announces (and a matching length)
+==================  =================================================================================
 
 It listens on 127.0.0.1 in a thread of the test process and counts every
 body byte it sends for a file, so a test can hold the client's own count
@@ -18,20 +39,38 @@ against it.
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import json
 import re
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote
 
-__all__ = ["HubRepository", "ServedBytes", "client_environment", "serve_hub"]
+__all__ = ["MISBEHAVIOURS", "HubRepository", "ServedBytes", "client_environment", "commit_of", "serve_hub"]
 
-COMMIT = "0123456789abcdef0123456789abcdef01234567"
+MISBEHAVIOURS = (
+    "hang",
+    "hang-files",
+    "html",
+    "siblings-text",
+    "no-rfilename",
+    "a-list",
+    "from-zero",
+    "oversized",
+    "gzip-bomb",
+    "short",
+)
+
+
+def commit_of(folder: Path) -> str:
+    """The commit id under which ``folder`` is served: 40 hex digits, as the Hub's."""
+    return hashlib.sha1(str(folder).encode()).hexdigest()
 
 
 @dataclass
@@ -42,6 +81,10 @@ class HubRepository:
     token: str | None = None
     ranges: bool = True
     """False: answer range requests with the whole file (200), as a server without range support does."""
+    misbehave: str | None = None
+    """One of :data:`MISBEHAVIOURS`, or None for an honest server."""
+    after_model_info: Callable[[HubRepository], None] | None = None
+    """Called once model info has been served: a push, say."""
 
 
 @dataclass
@@ -56,15 +99,17 @@ class ServedBytes:
 _RESOLVE = re.compile(r"/(?P<repo>[^/]+/[^/]+)/resolve/(?P<revision>[^/]+)/(?P<file>.+)")
 _STORAGE = re.compile(r"/storage/(?P<repo>[^/]+/[^/]+)/(?P<revision>[^/]+)/(?P<file>.+)")
 _MODEL_INFO = re.compile(r"/api/models/(?P<repo>[^/]+/[^/]+?)(?:/revision/(?P<revision>[^/]+))?")
+_BOMB = gzip.compress(bytes(1 << 30), compresslevel=9)
+"""1 GiB of zeros, gzip-compressed (about 1 MB)."""
 
 
 class _QuietServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def handle_error(self, request: object, client_address: object) -> None:
-        """A client that hangs up mid-reply (it refused a whole file) is expected; anything else is a bug."""
+        """A client that hangs up mid-reply (it refused a reply) is expected; anything else is a bug."""
         error = sys.exc_info()[1]
-        if not isinstance(error, ConnectionError):
+        if not isinstance(error, ConnectionError | TimeoutError):
             super().handle_error(request, client_address)
 
 
@@ -78,6 +123,9 @@ def client_environment(endpoint: str, folder: Path, token: str | None = None) ->
 def serve_hub(repositories: dict[str, HubRepository]) -> Iterator[tuple[str, ServedBytes]]:
     """Serve ``repositories`` (by ``ORG/NAME``) until the block ends; yield the endpoint and the byte count."""
     served = ServedBytes()
+    commits: dict[str, Path] = {commit_of(p): p for r in repositories.values() for p in r.revisions.values()}
+    released = threading.Event()
+    """Set when the block ends: what hangs stops hanging, so the server can shut down."""
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:
@@ -96,7 +144,7 @@ def serve_hub(repositories: dict[str, HubRepository]) -> Iterator[tuple[str, Ser
             else:
                 self._error(404, "RepoNotFound", "no such endpoint")
 
-        def _repository(self, repo: str, revision: str) -> Path | None:
+        def _folder(self, repo: str, revision: str) -> Path | None:
             repository = repositories.get(repo)
             if repository is None:
                 self._error(404, "RepoNotFound", f"Repository {repo} not found")
@@ -104,35 +152,57 @@ def serve_hub(repositories: dict[str, HubRepository]) -> Iterator[tuple[str, Ser
             if repository.token and self.headers.get("Authorization") != f"Bearer {repository.token}":
                 self._error(401, "RepoNotFound", "Invalid username or password.")
                 return None
-            if revision not in repository.revisions:
+            folder = repository.revisions.get(revision) or commits.get(revision)
+            if folder is None:
                 self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
                 return None
-            return repository.revisions[revision]
+            return folder
 
         def _model_info(self, repo: str, revision: str) -> None:
-            folder = self._repository(repo, revision)
+            folder = self._folder(repo, revision)
             if folder is None:
                 return
-            siblings = [{"rfilename": p.name} for p in sorted(folder.iterdir()) if p.is_file()]
-            body = json.dumps({"id": repo, "modelId": repo, "sha": COMMIT, "private": False, "siblings": siblings})
-            self._send(200, body.encode(), {"Content-Type": "application/json"})
+            repository = repositories[repo]
+            if repository.misbehave == "hang":
+                released.wait()
+                return
+            commits[commit_of(folder)] = folder
+            siblings: object = [{"rfilename": p.name} for p in sorted(folder.iterdir()) if p.is_file()]
+            info: object = {"id": repo, "modelId": repo, "sha": commit_of(folder), "private": False}
+            document: object = {**info, "siblings": siblings}  # type: ignore[dict-item]
+            if repository.misbehave == "siblings-text":
+                document = {**info, "siblings": "config.json model.safetensors"}  # type: ignore[dict-item]
+            elif repository.misbehave == "no-rfilename":
+                document = {**info, "siblings": [{"name": "config.json"}]}  # type: ignore[dict-item]
+            elif repository.misbehave == "a-list":
+                document = [info]
+            if repository.misbehave == "html":
+                self._send(200, b"<!doctype html><html><body>Sign in</body></html>", {"Content-Type": "text/html"})
+            else:
+                self._send(200, json.dumps(document).encode(), {"Content-Type": "application/json"})
+            if repository.after_model_info is not None:
+                repository.after_model_info(repository)
 
         def _resolve(self, repo: str, revision: str, name: str, *, redirect: bool) -> None:
-            folder = self._repository(repo, revision) if redirect else repositories[repo].revisions[revision]
+            folder = self._folder(repo, revision) if redirect else commits.get(revision)
             if folder is None:
                 return
+            repository = repositories[repo]
             file = folder / name
             if not file.is_file():
                 self._error(404, "EntryNotFound", f"{name} does not exist on {revision}")
                 return
             if redirect and name.endswith(".safetensors"):
                 self.send_response(302)
-                self.send_header("Location", f"/storage/{repo}/{revision}/{name}")
+                self.send_header("Location", f"/storage/{repo}/{commit_of(folder)}/{name}")
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
+            if repository.misbehave in ("hang", "hang-files"):
+                released.wait()
+                return
             size = file.stat().st_size
-            spec = self.headers.get("Range") if repositories[repo].ranges else None
+            spec = self.headers.get("Range") if repository.ranges else None
             if spec is None:
                 self._send(200, file.read_bytes(), {}, count=True)
                 return
@@ -142,10 +212,23 @@ def serve_hub(repositories: dict[str, HubRepository]) -> Iterator[tuple[str, Ser
             if first >= size:
                 self._send(416, b"", {"Content-Range": f"bytes */{size}"})
                 return
+            self._range(repository.misbehave, file, first, last, size)
+
+        def _range(self, misbehave: str | None, file: Path, first: int, last: int, size: int) -> None:
             with open(file, "rb") as f:
-                f.seek(first)
+                f.seek(0 if misbehave == "from-zero" else first)
                 body = f.read(last - first + 1)
-            self._send(206, body, {"Content-Range": f"bytes {first}-{last}/{size}"}, count=True)
+            content_range = f"bytes {first}-{last}/{size}"
+            if misbehave == "from-zero":
+                content_range = f"bytes 0-{last - first}/{size}"
+            elif misbehave == "short":
+                body = body[: len(body) // 2]
+            elif misbehave == "oversized":
+                body = body + bytes(150 << 20)
+            elif misbehave == "gzip-bomb":
+                self._send(206, _BOMB, {"Content-Range": content_range, "Content-Encoding": "gzip"}, count=True)
+                return
+            self._send(206, body, {"Content-Range": content_range}, count=True)
 
         def _error(self, status: int, code: str, message: str) -> None:
             body = json.dumps({"error": message}).encode()
@@ -167,6 +250,7 @@ def serve_hub(repositories: dict[str, HubRepository]) -> Iterator[tuple[str, Ser
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", served
     finally:
+        released.set()
         server.shutdown()
         server.server_close()
         thread.join()

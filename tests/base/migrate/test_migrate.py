@@ -231,3 +231,27 @@ def test_an_os_error_while_the_lock_is_held_is_not_reported_as_a_lock_failure(ch
         with checkpoint_lock(resolve_checkpoint(checkpoint)):
             raise OSError(errno.EIO, "Input/output error", str(checkpoint / "config.json"))
     assert raised.value.filename == str(checkpoint / "config.json") and "cannot lock" not in str(raised.value)
+
+
+def test_a_shard_changed_by_someone_else_during_a_migration_is_not_edited(tmp_path):
+    """The first progress report touches every shard: those not yet edited are no longer the files planned from."""
+    import os
+
+    import pytest
+
+    from scalar_scales.errors import StoppedAfterWriting
+    from scalar_scales.migrate import migrate_checkpoint
+    from scalar_scales_testkit.synthetic import write_synthetic_checkpoint
+
+    checkpoint = write_synthetic_checkpoint(tmp_path / "ckpt", data_bytes=3_000_000)
+    touched: list[int] = []
+
+    def someone_else_writes(done: int, total: int) -> None:
+        if not touched:
+            for shard in shards(checkpoint):
+                os.utime(shard, ns=(1, 1))
+            touched.append(done)
+
+    with pytest.raises(StoppedAfterWriting, match="changed since this run read it; not edited"):
+        migrate_checkpoint(checkpoint, progress=someone_else_writes)
+    assert "format_version" not in json.loads((checkpoint / "config.json").read_text())["quantization_config"]

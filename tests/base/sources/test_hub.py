@@ -142,3 +142,13 @@ def test_migrate_refuses_a_hub_address():
     result = run_cli("migrate", "hf://org/model")
     assert result.returncode == 2
     assert result.stderr.startswith("scalar-scales: error: hf://org/model: migrate edits files in place")
+
+
+def test_an_empty_remote_shard_is_refused_as_truncated(tmp_path):
+    checkpoint = clean_checkpoint(tmp_path / "ckpt")
+    victim = shards(checkpoint)[0]
+    victim.write_bytes(b"")
+    with serve_hub({"org/model": HubRepository({"main": checkpoint})}) as (endpoint, _):
+        result = run_cli("check", "hf://org/model", env=client_environment(endpoint, tmp_path))
+    assert result.returncode == 2
+    assert result.stderr == f"scalar-scales: error: hf://org/model/{victim.name}: truncated: the file is empty\n"

@@ -1,0 +1,185 @@
+"""``check hf://`` against a hostile server (issue 21: defects 3, 4, 5 and two of 11, each as found): timeouts,
+replies checked against what was asked, bounded memory, one line for every malformed reply, one commit, no byte
+twice. The server is the test kit's Hub stand-in, misbehaving on request."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from scalar_scales_testkit.broken import clean_checkpoint, rewrite_shard
+from scalar_scales_testkit.cli import make_checkpoint, run_cli, shards
+from scalar_scales_testkit.hub_server import HubRepository, client_environment, serve_hub
+
+pytest.importorskip("huggingface_hub")
+
+
+def one_line(result: subprocess.CompletedProcess[str], code: int = 2) -> str:
+    assert result.returncode == code, (result.returncode, result.stdout[-2000:], result.stderr[-2000:])
+    assert "Traceback" not in result.stderr
+    (line,) = result.stderr.splitlines()
+    return line
+
+
+# 3. hf:// had no timeout.
+
+
+def hub_check(tmp_path: Path, repository: HubRepository, *args: str, **env: str):
+    with serve_hub({"org/model": repository}) as (endpoint, served):
+        result = run_cli("check", "hf://org/model", *args, env={**client_environment(endpoint, tmp_path), **env})
+    return result, served
+
+
+def test_3_a_server_that_never_answers_model_info_times_out_as_huggingface_hub_says(tmp_path):
+    repository = HubRepository({"main": clean_checkpoint(tmp_path / "ckpt")}, misbehave="hang")
+    line = one_line(hub_check(tmp_path, repository, HF_HUB_ETAG_TIMEOUT="1")[0])
+    assert line.startswith("scalar-scales: error: hf://org/model: the Hub did not answer in time")
+
+
+def test_3_a_server_that_never_answers_a_range_read_times_out_as_huggingface_hub_says(tmp_path):
+    repository = HubRepository({"main": clean_checkpoint(tmp_path / "ckpt")}, misbehave="hang-files")
+    line = one_line(hub_check(tmp_path, repository, HF_HUB_DOWNLOAD_TIMEOUT="1")[0])
+    assert line.startswith("scalar-scales: error: hf://org/model/")
+    assert "the Hub did not answer in time" in line
+
+
+def test_3_ctrl_c_during_a_hung_read_ends_the_check_at_once_with_one_line(tmp_path):
+    repository = HubRepository({"main": clean_checkpoint(tmp_path / "ckpt")}, misbehave="hang-files")
+    with serve_hub({"org/model": repository}) as (endpoint, served):
+        env = {**os.environ, **client_environment(endpoint, tmp_path), "HF_HUB_DOWNLOAD_TIMEOUT": "600"}
+        process = subprocess.Popen(
+            [sys.executable, "-m", "scalar_scales", "check", "hf://org/model"],
+            env={k: v for k, v in env.items() if v is not None},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 60
+        while not any(p.endswith(".safetensors") for p, _ in served.requests) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.2)
+        process.send_signal(signal.SIGINT)
+        try:
+            _, stderr = process.communicate(timeout=20)
+        finally:
+            process.kill()
+    assert process.returncode == 130
+    assert stderr.splitlines() == ["scalar-scales: interrupted (SIGINT); nothing was changed"]
+
+
+# 4. A 206 reply's body was never checked against the range asked for.
+
+
+def scales_beyond_the_first_read(folder: Path) -> Path:
+    """A legacy checkpoint whose shards hold a 70 kB tensor before their scales: the scales come in a second
+    range request, as in a real shard, whose weights fill the file."""
+    checkpoint = make_checkpoint(folder)
+    index_path = checkpoint / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    for number, shard in enumerate(shards(checkpoint)):
+        name = f"model.padding_{number}"
+
+        def padding_first(tensors: dict, name: str = name) -> None:
+            rest = dict(tensors)
+            tensors.clear()
+            tensors[name] = {"dtype": "U8", "shape": [70_000], "data": bytes(70_000)}
+            tensors.update(rest)
+
+        rewrite_shard(shard, padding_first)
+        index["weight_map"][name] = shard.name
+    index_path.write_text(json.dumps(index))
+    return checkpoint
+
+
+def limited_memory() -> None:
+    """What a child may map: enough for the command, not for a gigabyte it should never hold."""
+    resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+
+@pytest.mark.parametrize(
+    ("misbehave", "problem"),
+    [
+        ("from-zero", "the server sent bytes 0-"),
+        ("oversized", "the server sent more than the "),
+        ("gzip-bomb", "gzip-encoded, where none was asked for"),
+        ("short", "bytes of the "),
+    ],
+)
+def test_4_a_range_reply_that_is_not_the_range_asked_for_is_refused_in_bounded_memory(tmp_path, misbehave, problem):
+    """As found: from offset 0 it invented NV301-NV303; oversized and inflated bodies were accepted into memory
+    (725 MB, 6.3 GB); a short one gave a struct.error traceback."""
+    repository = HubRepository({"main": scales_beyond_the_first_read(tmp_path / "ckpt")}, misbehave=misbehave)
+    with serve_hub({"org/model": repository}) as (endpoint, _):
+        env = {k: v for k, v in {**os.environ, **client_environment(endpoint, tmp_path)}.items() if v is not None}
+        result = subprocess.run(
+            [sys.executable, "-m", "scalar_scales", "check", "hf://org/model"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            preexec_fn=limited_memory,
+        )
+    line = one_line(result)
+    assert line.startswith("scalar-scales: error: hf://org/model/model-0000") and problem in line
+
+
+# 5. Tracebacks on hf://, with exit 1.
+
+
+@pytest.mark.parametrize(
+    ("misbehave", "problem"),
+    [
+        ("html", "the Hub's model-info reply is not a JSON object"),
+        ("siblings-text", "has no list of files"),
+        ("no-rfilename", "has no list of files"),
+        ("a-list", "the Hub's model-info reply is not a JSON object"),
+    ],
+)
+def test_5_a_malformed_model_info_reply_is_one_line(tmp_path, misbehave, problem):
+    repository = HubRepository({"main": clean_checkpoint(tmp_path / "ckpt")}, misbehave=misbehave)
+    line = one_line(hub_check(tmp_path, repository)[0])
+    assert line == f"scalar-scales: error: hf://org/model: {problem}" or problem in line
+
+
+@pytest.mark.parametrize("repo", ["org/a..b", "-x/y", "org/" + "n" * 97, "org/na\x01me"])
+def test_5_a_repository_id_huggingface_hub_rejects_is_one_line(tmp_path, repo):
+    line = one_line(run_cli("check", f"hf://{repo}", env={"HF_HOME": str(tmp_path), "HF_HUB_OFFLINE": "0"}))
+    assert "not a repository id huggingface_hub accepts" in line
+
+
+def test_5_an_endpoint_that_is_not_a_url_is_one_line(tmp_path):
+    env = {"HF_ENDPOINT": "http://[::1", "HF_HOME": str(tmp_path), "HF_HUB_OFFLINE": "0"}
+    line = one_line(run_cli("check", "hf://org/model", env=env))
+    assert line.startswith("scalar-scales: error: hf://org/model: ")
+
+
+def test_11_every_read_of_a_check_is_pinned_to_the_commit_model_info_named(tmp_path):
+    """A push lands between model info and the reads: the files read are still the commit's."""
+    clean = clean_checkpoint(tmp_path / "clean")
+    legacy = make_checkpoint(tmp_path / "legacy")
+
+    def push(repository: HubRepository) -> None:
+        repository.revisions["main"] = legacy
+
+    repository = HubRepository({"main": clean}, after_model_info=push)
+    result, served = hub_check(tmp_path, repository, "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert json.loads(result.stdout)["findings"] == []
+    assert not any("/resolve/main/" in path for path, _ in served.requests)
+
+
+def test_11_no_byte_is_fetched_twice(tmp_path):
+    """Small shards: each one's first read holds its scale bytes, so every file is fetched once, whole."""
+    checkpoint = clean_checkpoint(tmp_path / "ckpt")
+    result, served = hub_check(tmp_path, HubRepository({"main": checkpoint}), "--json")
+    assert result.returncode == 0, result.stderr
+    assert served.file_bytes == sum(p.stat().st_size for p in checkpoint.iterdir())
+    assert json.loads(result.stdout)["summary"]["bytes_fetched"] == served.file_bytes

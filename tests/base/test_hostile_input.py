@@ -1,0 +1,314 @@
+"""One test per defect reported against check and migrate as an attacker tried them (issue 21), each reproduced
+the way it was found; then the classes they belong to.
+
+Every refusal is one line, with the exit code docs/migrate.md gives it: 2 when nothing changed, 3 when migrate
+changed shards and then stopped, 130 and 143 when interrupted before anything changed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from scalar_scales.files import TEMPORARY_NAME
+from scalar_scales_testkit.broken import clean_checkpoint, rewrite_shard
+from scalar_scales_testkit.cli import make_checkpoint, rewrite_header, run_cli, shards, snapshot
+from scalar_scales_testkit.synthetic import write_synthetic_checkpoint
+
+
+def one_line(result: subprocess.CompletedProcess[str], code: int = 2) -> str:
+    assert result.returncode == code, (result.returncode, result.stdout[-2000:], result.stderr[-2000:])
+    assert "Traceback" not in result.stderr
+    (line,) = result.stderr.splitlines()
+    return line
+
+
+def migrate_process(checkpoint: Path, *args: str, **popen: object) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "scalar_scales", "migrate", str(checkpoint), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen,  # type: ignore[arg-type]
+    )
+
+
+def wait_for_first_edit(checkpoint: Path, process: subprocess.Popen[str]) -> None:
+    """Return once the migration has changed a shard's header (its edits have begun)."""
+    shard = shards(checkpoint)[0]
+    with open(shard, "rb") as f:
+        before = os.pread(f.fileno(), 1 << 16, 0)
+        deadline = time.monotonic() + 120
+        while os.pread(f.fileno(), 1 << 16, 0) == before and process.poll() is None and time.monotonic() < deadline:
+            pass
+    assert process.poll() is None, "the migration ended before its first edit was seen; nothing was tested"
+
+
+# 1. Temporary files followed links.
+
+
+def test_1_a_link_planted_where_config_json_s_temporary_file_went_is_never_written_through(tmp_path):
+    """As found: the link is planted after the run cleared stale temporary files, before it wrote config.json."""
+    checkpoint = write_synthetic_checkpoint(tmp_path / "ckpt", data_bytes=3_000_000)
+    outside = tmp_path / "outside"
+    outside.write_text("root's own file")
+    outside.chmod(0o600)
+    process = migrate_process(checkpoint)
+    wait_for_first_edit(checkpoint, process)
+    (checkpoint / ".config.json.scalar-scales.tmp").symlink_to(outside)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr
+    assert outside.read_text() == "root's own file" and stat.S_IMODE(outside.stat().st_mode) == 0o600
+    config = checkpoint / "config.json"
+    assert not config.is_symlink() and json.loads(config.read_text())["quantization_config"]["format_version"] == 2
+
+
+def test_1_a_temporary_file_is_new_private_and_named_as_no_one_can_guess(tmp_path):
+    from scalar_scales.files import create_exclusive
+
+    made = [create_exclusive(tmp_path) for _ in range(2)]
+    for fd, _ in made:
+        os.close(fd)
+    (_, first), (_, second) = made
+    assert first != second and all(TEMPORARY_NAME.fullmatch(p.name) for p in (first, second))
+    assert {stat.S_IMODE(p.stat().st_mode) for p in (first, second)} == {0o600}
+
+
+# 2. migrate edited every shard, then refused.
+
+
+def with_config_text(checkpoint: Path, change) -> None:
+    path = checkpoint / "config.json"
+    path.write_text(change(path.read_text()))
+
+
+DUPLICATES = {
+    "format_version twice": lambda text: text.replace(
+        '"quantization_config": {', '"quantization_config": {\n    "format_version": 2,\n    "format_version": 1,', 1
+    ),
+    "quantization_config twice": lambda text: (
+        text.rstrip().rstrip("}") + ',\n  "quantization_config": {"format": "float-quantized"}\n}\n'
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(DUPLICATES))
+def test_2_a_config_json_that_says_a_thing_twice_is_refused_before_any_shard_changes(checkpoint, case):
+    with_config_text(checkpoint, DUPLICATES[case])
+    before = snapshot(checkpoint)
+    for args in ((), ("--dry-run",)):
+        line = one_line(run_cli("migrate", checkpoint, *args))
+        assert line.startswith(f"scalar-scales: error: {checkpoint / 'config.json'}: ")
+        assert "appears more than once; which one counts is ambiguous" in line
+    assert "appears more than once" in one_line(run_cli("check", checkpoint))
+    assert snapshot(checkpoint) == before
+
+
+# 6. Output failed after the checkpoint changed.
+
+
+def test_6_a_folder_name_the_terminal_cannot_encode_does_not_fail_a_finished_migration(tmp_path):
+    folder = Path(os.fsdecode(os.fsencode(str(tmp_path)) + b"/ckpt-\xff"))
+    checkpoint = make_checkpoint(folder)
+    result = run_cli("migrate", checkpoint, env={"LC_ALL": "C.UTF-8", "PYTHONIOENCODING": None})
+    assert result.returncode == 0, result.stderr
+    assert "ckpt-\\udcff: changed 48 of 48 scales" in result.stdout
+    assert run_cli("check", checkpoint, "--quiet").returncode == 0
+
+
+def test_6_a_reader_that_goes_away_does_not_change_migrate_s_exit_code(checkpoint):
+    process = migrate_process(checkpoint)
+    assert process.stdout is not None
+    process.stdout.close()
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0 and stderr == ""
+    assert run_cli("check", checkpoint, "--quiet").returncode == 0
+
+
+# 7. Backtracking patterns from config.json.
+
+
+def with_mixed_groups(checkpoint: Path, target: str) -> str:
+    """Two NVFP4 config groups that differ in input activations, the second targeting ``target``: the doctor must
+    match the name of each module without an input scale against it. Adds such a module and returns it."""
+    module = "model." + "a" * 40 + "c"
+    config_path = checkpoint / "config.json"
+    config = json.loads(config_path.read_text())
+    groups = config["quantization_config"]["config_groups"]
+    groups["group_1"] = {**groups["group_0"], "targets": [target], "input_activations": None}
+    config_path.write_text(json.dumps(config, indent=2))
+    shard = shards(checkpoint)[0]
+    added: list[str] = []
+
+    def add_module(tensors: dict) -> None:
+        prefix = next(n for n in tensors if n.endswith(".weight_packed")).removesuffix(".weight_packed")
+        copies = {
+            n.replace(prefix, module): dict(t)
+            for n, t in tensors.items()
+            if n.startswith(prefix + ".") and not n.endswith(".input_global_scale")
+        }
+        tensors.update(copies)
+        added.extend(copies)
+
+    rewrite_shard(shard, add_module)
+    index_path = checkpoint / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    index["weight_map"].update(dict.fromkeys(added, shard.name))
+    index_path.write_text(json.dumps(index))
+    return module
+
+
+def test_7_a_backtracking_pattern_from_config_json_is_matched_in_bounded_time(clean):
+    """``re:model\\.(a+)+b`` against a 48-character name: Python's engine takes about 17.6 s x 4^6 (a day)."""
+    with_mixed_groups(clean, r"re:model\.(a+)+b")
+    result = subprocess.run(
+        [sys.executable, "-m", "scalar_scales", "check", str(clean), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode in (0, 1), result.stderr
+
+
+def test_7_a_pattern_no_finite_automaton_matches_is_refused_naming_it(clean):
+    with_mixed_groups(clean, r"re:(a)\1")
+    line = one_line(run_cli("check", clean))
+    assert line == (
+        f"scalar-scales: error: {clean / 'config.json'}: a config group's re: target '(a)\\\\1' uses a "
+        "back-reference, which cannot be matched in bounded time"
+    )
+
+
+@pytest.fixture
+def clean(tmp_path):
+    return clean_checkpoint(tmp_path / "clean")
+
+
+# 8. Stale temporary files: every error but ENOENT was fatal.
+
+
+def test_8_a_shard_name_of_240_characters_is_migrated_in_place(tmp_path):
+    checkpoint = make_checkpoint(tmp_path / "ckpt", shards=1)
+    (only,) = shards(checkpoint)
+    long_name = "m" * (240 - len(".safetensors")) + ".safetensors"
+    only.rename(checkpoint / long_name)
+    index_path = checkpoint / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    index["weight_map"] = dict.fromkeys(index["weight_map"], long_name)
+    index_path.write_text(json.dumps(index))
+    result = run_cli("migrate", checkpoint)
+    assert result.returncode == 0, result.stderr
+    assert "in place (header only)" in result.stdout
+
+
+def test_8_a_stale_temporary_file_that_cannot_be_removed_is_named(tmp_path):
+    checkpoint = make_checkpoint(tmp_path / "ckpt")
+    stale = checkpoint / ".scalar-scales-0123456789abcdef.tmp"
+    stale.mkdir()
+    (stale / "inside").write_text("")
+    (checkpoint / ".config.json.scalar-scales.tmp").mkdir()
+    result = run_cli("migrate", checkpoint)
+    assert result.returncode == 0, result.stderr
+    assert stale.is_dir(), "a folder of a temporary file's name is left alone"
+
+
+# 9. migrate "" migrated the current directory.
+
+
+def test_9_an_empty_path_is_refused_and_the_current_folder_is_left_alone(checkpoint):
+    before = snapshot(checkpoint)
+    for command in ("migrate", "check"):
+        result = subprocess.run(
+            [sys.executable, "-m", "scalar_scales", command, ""], cwd=checkpoint, capture_output=True, text=True
+        )
+        assert one_line(result) == (
+            'scalar-scales: error: "": no checkpoint named: give a folder, a .safetensors file or hf://ORG/NAME'
+        )
+    assert snapshot(checkpoint) == before
+
+
+# 10. A config.json that is a dangling link or a folder was treated as absent.
+
+
+@pytest.mark.parametrize("kind", ["a dangling link", "a folder"])
+def test_10_a_config_json_that_is_not_a_file_is_refused_by_both_commands(checkpoint, kind):
+    config = checkpoint / "config.json"
+    config.unlink()
+    if kind == "a folder":
+        config.mkdir()
+    else:
+        config.symlink_to(checkpoint / "gone.json")
+    before = snapshot(checkpoint)
+    for command in ("migrate", "check"):
+        assert one_line(run_cli(command, checkpoint)) == f"scalar-scales: error: {config}: is {kind}, not a file"
+    assert snapshot(checkpoint) == before
+
+
+# 11. Smaller defects.
+
+
+def test_11_a_migration_that_rewrites_every_shard_says_none_was_edited_in_place(checkpoint):
+    for shard in shards(checkpoint):
+        rewrite_header(
+            shard, lambda h: {n: (s | {"shape": []} if n.endswith("_global_scale") else s) for n, s in h.items()}
+        )
+    result = run_cli("migrate", checkpoint, "--to", "legacy")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.rstrip().endswith("in 3 of 3 shards (3 rewritten to new files)")
+
+
+def test_11_a_usage_error_is_one_line_naming_the_command(checkpoint):
+    line = one_line(run_cli("check", checkpoint, "--select", "NV999"))
+    assert line.startswith("scalar-scales check: error: unknown rule code 'NV999'")
+    assert line.endswith("(see scalar-scales check --help)")
+
+
+@pytest.mark.parametrize("kind", ["a folder", "a FIFO"])
+def test_11_a_shard_that_is_not_a_file_is_refused_as_what_it_is(checkpoint, kind):
+    victim = shards(checkpoint)[1]
+    victim.unlink()
+    if kind == "a folder":
+        victim.mkdir()
+    else:
+        os.mkfifo(victim)
+    for command in ("migrate", "check"):
+        assert one_line(run_cli(command, checkpoint)) == f"scalar-scales: error: {victim}: is {kind}, not a file"
+
+
+def test_11_ctrl_c_while_shards_are_edited_says_what_changed_and_a_rerun_finishes(tmp_path):
+    checkpoint = write_synthetic_checkpoint(tmp_path / "ckpt", data_bytes=3_000_000)
+    process = migrate_process(checkpoint)
+    wait_for_first_edit(checkpoint, process)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    (line,) = stderr.splitlines()
+    assert process.returncode == 3, stderr
+    assert line.startswith(f"scalar-scales: error: {checkpoint}: stopped after changing ")
+    assert "(config.json not changed): interrupted; every shard is whole" in line
+    config = json.loads((checkpoint / "config.json").read_text())["quantization_config"]
+    assert "format_version" not in config
+    assert run_cli("migrate", checkpoint).returncode == 0
+    assert run_cli("check", checkpoint, "--quiet").returncode == 0
+
+
+@pytest.mark.parametrize(("name", "code"), [("SIGINT", 130), ("SIGTERM", 143)])
+def test_11_an_interrupt_before_any_change_is_one_line_and_changes_nothing(tmp_path, name, code):
+    checkpoint = write_synthetic_checkpoint(tmp_path / "ckpt", data_bytes=3_000_000)
+    before = snapshot(checkpoint)
+    process = migrate_process(checkpoint, "--dry-run")
+    time.sleep(0.15)
+    process.send_signal(getattr(signal, name))
+    _, stderr = process.communicate(timeout=120)
+    if process.returncode == 0:
+        pytest.skip("the dry run ended before the signal came")
+    assert process.returncode == code
+    assert stderr.splitlines() == [f"scalar-scales: interrupted ({name}); nothing was changed"]
+    assert snapshot(checkpoint) == before
