@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from scalar_scales.doctor import SHOWN_PER_RULE, CheckReport, diagnose, selected_codes
 from scalar_scales.environment import SwitchValueError
 from scalar_scales.errors import CheckpointError, Interrupted, StoppedAfterWriting
+from scalar_scales.nvfp4 import MODELOPT
 from scalar_scales.sources import HubShards, is_hub_address, open_checkpoint
 
 if TYPE_CHECKING:
@@ -232,6 +233,11 @@ def _migrate(args: argparse.Namespace) -> int:
 
 def _migration_summary(report: MigrationReport) -> str:
     target = "0-D" if report.to == "scalar" else "(1,)"
+    if report.producer == MODELOPT:
+        return (
+            f"{report.checkpoint.root}: nothing to migrate: a ModelOpt NVFP4 checkpoint, whose "
+            f"{report.scales_total} scales are 0-D, as ModelOpt writes them"
+        )
     if not report.changed:
         return f"{report.checkpoint.root}: nothing to change: all {report.scales_total} scales are already {target}" + (
             f" and config.json declares format_version {report.format_version_after}"

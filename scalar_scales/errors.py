@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 
-__all__ = ["CheckpointError", "Interrupted", "StoppedAfterWriting"]
+__all__ = ["CheckpointError", "Interrupted", "StoppedAfterWriting", "printable"]
 
 
 class CheckpointError(Exception):
@@ -29,7 +29,7 @@ class CheckpointError(Exception):
         self.path = str(path)
         self.problem = problem
         self.tensor = tensor
-        where = f"{_printable(self.path)}: {_printable(tensor)}: " if tensor else f"{_printable(self.path)}: "
+        where = f"{printable(self.path)}: {printable(tensor)}: " if tensor else f"{printable(self.path)}: "
         super().__init__(where + problem)
 
     def __reduce__(self) -> tuple[type, tuple[str, str, str | None]]:
@@ -37,7 +37,7 @@ class CheckpointError(Exception):
         return (type(self), (self.path, self.problem, self.tensor))
 
 
-def _printable(text: str) -> str:
+def printable(text: str) -> str:
     """``text`` as it is, or JSON-quoted when it holds control characters: errors stay on one line."""
     return text if text.isprintable() else json.dumps(text)
 
@@ -49,7 +49,7 @@ class StoppedAfterWriting(Exception):
     def __init__(self, root: str | os.PathLike[str], changed: int, total: int, cause: str):
         self.root, self.changed, self.total, self.cause = str(root), changed, total, cause
         super().__init__(
-            f"{_printable(self.root)}: stopped after changing {changed} of {total} shards (config.json not "
+            f"{printable(self.root)}: stopped after changing {changed} of {total} shards (config.json not "
             f"changed): {cause}; every shard is whole, in its old layout or its new one: run migrate again to finish"
         )
 

@@ -50,7 +50,7 @@ from scalar_scales.files.config_marker import MarkerEdit, plan_format_version, w
 from scalar_scales.files.durable import os_errors_named, remove_stale, replaced
 from scalar_scales.files.header import SafetensorsHeader, file_identity
 from scalar_scales.files.header_edit import HeaderEdit, Layout, plan_header_edit
-from scalar_scales.nvfp4 import LEGACY_FORMAT_VERSION, NVFP4_FORMAT, SCALAR_FORMAT_VERSION
+from scalar_scales.nvfp4 import LEGACY_FORMAT_VERSION, MODELOPT, NVFP4_FORMAT, SCALAR_FORMAT_VERSION, Producer
 from scalar_scales.scan import CheckpointScan, ShardScales, scan_shards
 from scalar_scales.sources.local import Checkpoint, open_local, resolve_checkpoint
 from scalar_scales.system.fileops import copy_range, no_follow, write_at
@@ -77,6 +77,8 @@ class MigrationReport:
     format_version_after: int | None = None
     marker: MarkerEdit | None = None
     """config.json's planned marker edit; None where the marker stays as it is (or there is no config)."""
+    producer: Producer | None = None
+    """Who wrote the checkpoint, as its config declares; None without one."""
 
     @property
     def scales_changed(self) -> int:
@@ -103,6 +105,7 @@ class MigrationReport:
             "format_version_before": self.format_version_before,
             "format_version_after": self.format_version_after,
             "changed": self.changed,
+            "producer": self.producer,
         }
 
 
@@ -154,15 +157,19 @@ def migrate_checkpoint(
 def _plan(scan: CheckpointScan, to: Layout, include: Sequence[str], dry_run: bool) -> MigrationReport:
     if scan.index_errors:
         raise scan.index_errors[0]
-    if scan.config is not None and not scan.is_nvfp4 and not include:
+    declared = scan.declared
+    if declared is not None and declared.producer == MODELOPT:
+        return _modelopt_plan(scan, to, include, dry_run)
+    if declared is not None and not declared.is_nvfp4 and not include:
         raise CheckpointError(
             scan.checkpoint.config or scan.checkpoint.root,
             f"quantization format is {scan.quantization_format!r}, not {NVFP4_FORMAT}; migrate changes NVFP4 "
             "global scales only, unless --include GLOB names other per-tensor scales",
         )
     edits = [shard.work for shard in scan.shards if shard.work is not None]
-    report = MigrationReport(scan.checkpoint, to, dry_run, scales_total=scan.scale_count, edits=edits)
-    if scan.config is not None and scan.is_nvfp4:
+    producer = None if declared is None else declared.producer
+    report = MigrationReport(scan.checkpoint, to, dry_run, scan.scale_count, edits, producer=producer)
+    if scan.config is not None and declared is not None and declared.is_nvfp4:
         report.format_version_before = scan.declared_format_version
         report.format_version_after = SCALAR_FORMAT_VERSION if to == "scalar" else LEGACY_FORMAT_VERSION
         if report.config_changed:
@@ -170,6 +177,23 @@ def _plan(scan: CheckpointScan, to: Layout, include: Sequence[str], dry_run: boo
             version = SCALAR_FORMAT_VERSION if to == "scalar" else None
             report.marker = plan_format_version(scan.checkpoint.config, version)
     return report
+
+
+def _modelopt_plan(scan: CheckpointScan, to: Layout, include: Sequence[str], dry_run: bool) -> MigrationReport:
+    """A ModelOpt checkpoint has nothing to migrate: its scales are 0-D, as every vLLM loads them. Anything else
+    asked of one is refused: the layouts migrate writes are compressed-tensors'."""
+    where = scan.declared.source if scan.declared is not None and scan.declared.source else scan.checkpoint.root
+    if to != "scalar" or include:
+        raise CheckpointError(
+            where, "is a ModelOpt checkpoint; migrate writes compressed-tensors' layouts (--to, --include) only"
+        )
+    if legacy := next((s for s in scan.scales if s.shape != ()), None):
+        raise CheckpointError(
+            legacy.file,
+            f"shape {list(legacy.shape)}, where ModelOpt writes 0-D; migrate does not change ModelOpt checkpoints",
+            legacy.name,
+        )
+    return MigrationReport(scan.checkpoint, to, dry_run, scales_total=scan.scale_count, producer=MODELOPT)
 
 
 def _is_shared(path: Path) -> bool:

@@ -1,9 +1,12 @@
 """Read every shard of a checkpoint once: its per-tensor scales (name, dtype, shape, value), and whatever else a
 caller asks of each shard's header; then check the index against the shards.
 
-The scope is the NVFP4 per-tensor global scales (``*_global_scale``) of a
-compressed-tensors ``nvfp4-pack-quantized`` checkpoint, plus any tensors
-that ``include`` globs name. Values are read straight from the files, so
+The scope is the NVFP4 per-tensor scales of the checkpoint's layout
+(:class:`~scalar_scales.nvfp4.ProducerLayout`): compressed-tensors'
+``*_global_scale``, or ModelOpt's ``weight_scale_2`` and ``input_scale``,
+plus any tensors that ``include`` globs name. The layout is the one the
+config declares; a checkpoint whose config declares no NVFP4, or that has no
+config, has the layout whose scales its shards hold. Values are read straight from the files, so
 that a scale of zero (an expert that never saw a calibration token gets
 ``input_global_scale`` 0.0), a negative one, NaN or Inf can be flagged.
 
@@ -25,24 +28,27 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from functools import cached_property, partial
+from itertools import compress, repeat
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 from scalar_scales.errors import CheckpointError
 from scalar_scales.files.header import SafetensorsHeader
-from scalar_scales.nvfp4 import NVFP4_FORMAT, is_global_scale
-from scalar_scales.sources.checkpoint import (
-    INDEX_NAME,
-    CheckpointLocation,
-    Declaration,
-    OpenedCheckpoint,
-    ShardSource,
-    declaration,
-    shard_name,
-)
+from scalar_scales.nvfp4 import COMPRESSED_TENSORS_LAYOUT, LAYOUTS, MODELOPT_LAYOUT, ProducerLayout
+from scalar_scales.sources.checkpoint import INDEX_NAME, CheckpointLocation, OpenedCheckpoint, ShardSource, shard_name
+from scalar_scales.sources.declaration import Declaration
 from scalar_scales.system.workers import workers_for
 
-__all__ = ["CheckpointScan", "ScaleRecord", "ShardScales", "ShardScan", "ShardWork", "scan_shards"]
+__all__ = [
+    "CheckpointScan",
+    "ScaleRecord",
+    "ShardScales",
+    "ShardScan",
+    "ShardWork",
+    "UnlistedTensor",
+    "declared_layout",
+    "scan_shards",
+]
 
 
 class ScaleRecord(NamedTuple):
@@ -65,14 +71,13 @@ class ScaleRecord(NamedTuple):
 
 class ShardScales(NamedTuple):
     """The per-tensor scales a shard's job found, as columns: header ``indices``, and their names, shapes and
-    values. ``nvfp4``: the shard belongs to an NVFP4 checkpoint (by its config, or for a lone file by holding
-    global scales)."""
+    values. ``layout``: the shard's NVFP4 layout; None where the checkpoint is not NVFP4."""
 
     indices: list[int]
     names: list[str]
     shapes: list[tuple[int, ...]]
     values: list[float | None]
-    nvfp4: bool
+    layout: ProducerLayout | None
 
 
 class ShardWork(Protocol):
@@ -94,6 +99,7 @@ class ShardScan(NamedTuple):
     index_digest: tuple[int, int]
     """The shard's tensor names as (count, digest) for its file: what the index is checked against."""
     work: Any
+    layout: ProducerLayout | None
 
 
 @dataclass
@@ -104,7 +110,7 @@ class CheckpointScan:
     checkpoint: CheckpointLocation
     config: dict[str, Any] | None
     declared: Declaration | None
-    """What config.json declares; None without a config.json."""
+    """What the configs declare; None without config.json and hf_quant_config.json."""
     shards: list[ShardScan]
     index_errors: list[CheckpointError] = field(default_factory=list)
     """Every disagreement between the index and the shards, first to last; ``migrate`` refuses on any."""
@@ -126,15 +132,19 @@ class CheckpointScan:
         return None if self.declared is None else self.declared.quantization_format
 
     @property
+    def layout(self) -> ProducerLayout | None:
+        """The NVFP4 layout of the checkpoint; None where it is not NVFP4."""
+        return next((shard.layout for shard in self.shards if shard.layout is not None), None)
+
+    @property
     def is_nvfp4(self) -> bool:
-        """NVFP4 by its config, or, for a lone file without one, by having global scales."""
-        if self.declared is None:
-            return self.scale_count > 0
-        return self.quantization_format == NVFP4_FORMAT
+        """NVFP4 by its config, or, for a lone file without one, by holding one layout's scales."""
+        return self.layout is not None
 
     @property
     def declared_format_version(self) -> int | None:
-        """The config's version (legacy 1 when the key is absent); None without a config."""
+        """compressed-tensors' marker (legacy 1 when the key is absent); None without a compressed-tensors
+        config."""
         return None if self.declared is None else self.declared.format_version
 
     @property
@@ -155,14 +165,13 @@ def scan_shards(
     shapes).
     """
     checkpoint, config, source = opened.location, opened.config, opened.source
-    declared = None if config is None else declaration(config, str(checkpoint.config))
-    nvfp4 = None if declared is None else declared.quantization_format == NVFP4_FORMAT
+    declared = opened.declared
     files = list(checkpoint.files)
     workers = workers_for(len(files), network=source.network)
     job = partial(
         _scan_shard,
         source=source,
-        nvfp4=nvfp4,
+        layout=_UNDECIDED if declared is None or not declared.is_nvfp4 else declared_layout(declared),
         include=tuple(include),
         read_values=read_values,
         work=work,
@@ -171,6 +180,25 @@ def scan_shards(
     shards = workers.map(job, files)
     index_errors = [] if checkpoint.weight_map is None else _index_errors(checkpoint, shards, source, workers.name_hash)
     return CheckpointScan(checkpoint, config, declared, shards, index_errors)
+
+
+_UNDECIDED = "undecided"
+"""A checkpoint whose config declares no NVFP4 (or that has no config): its layout is the one whose scales its
+shards hold, so that NVFP4 tensors a config does not declare are still found."""
+
+
+def declared_layout(declared: Declaration) -> ProducerLayout | None:
+    """The NVFP4 layout a declaration makes a server expect; None where it declares no NVFP4."""
+    return LAYOUTS[declared.producer] if declared.producer is not None and declared.is_nvfp4 else None
+
+
+def _held_layout(names: list[str]) -> ProducerLayout | None:
+    """The layout a shard holds: compressed-tensors' if it has a global scale, ModelOpt's if it has a
+    ``weight_scale_2``."""
+    for layout in (COMPRESSED_TENSORS_LAYOUT, MODELOPT_LAYOUT):
+        if any(map(str.endswith, names, repeat(layout.scale_suffixes[0]))):
+            return layout
+    return None
 
 
 def _digest(names: Collection[str], files: Collection[str], name_hash: Callable[[str], int]) -> tuple[int, int]:
@@ -200,20 +228,35 @@ def _index_errors(
     for file, shard in zip(checkpoint.files, shards, strict=True):
         names = set(source.read_header(file).names)
         listed_here = listed[shard_name(shard.path)]
-        for missing, problem in ((listed_here - names, _LISTED_NOT_HELD), (names - listed_here, _HELD_NOT_LISTED)):
-            errors += [CheckpointError(shard.path, problem, tensor=tensor) for tensor in sorted(missing)]
+        for missing, problem, kind in (
+            (listed_here - names, _LISTED_NOT_HELD, CheckpointError),
+            (names - listed_here, _HELD_NOT_LISTED, UnlistedTensor),
+        ):
+            errors += [kind(shard.path, problem, tensor=tensor) for tensor in sorted(missing)]
     return errors
 
 
-_LISTED_NOT_HELD = f"named for this shard in {INDEX_NAME} but not in it: the index promises a tensor no shard holds"
-_HELD_NOT_LISTED = f"in this shard but not in {INDEX_NAME}'s weight_map: what reads the index does not know it exists"
+class UnlistedTensor(CheckpointError):
+    """A tensor a shard holds that the index does not name (any other index error: one it names and the shard
+    does not hold)."""
+
+
+_LISTED_NOT_HELD = (
+    f"named for this shard in {INDEX_NAME} but not in it: vLLM loads every tensor of the files the index lists and "
+    "serves the checkpoint as it would without the entry (observed); a tool that looks tensors up by the index's "
+    "names does not find it"
+)
+_HELD_NOT_LISTED = (
+    f"in this shard but not in {INDEX_NAME}'s weight_map: vLLM loads every tensor of the files the index lists, "
+    "this one too (observed); a tool that reads only what the index names leaves it out"
+)
 
 
 def _scan_shard(
     file: Any,
     *,
     source: ShardSource,
-    nvfp4: bool | None,
+    layout: ProducerLayout | None | str,
     include: tuple[str, ...],
     read_values: bool,
     work: ShardWork | None,
@@ -222,16 +265,17 @@ def _scan_shard(
     header = source.read_header(file)
     names = header.names
     index_digest = _digest(names, [shard_name(header.path)] * len(names), name_hash)
-    if nvfp4 is None:  # a lone file without a config: NVFP4 if it has global scales
-        nvfp4 = any(map(is_global_scale, names))
-    indices = [i for i, name in enumerate(names) if nvfp4 and is_global_scale(name)]
+    if layout == _UNDECIDED:
+        layout = _held_layout(names)
+    assert not isinstance(layout, str)
+    indices = [] if layout is None else list(compress(range(len(names)), map(layout.is_scale, names)))
     if include:
         indices = sorted({*indices, *(i for i, name in enumerate(names) if _included(name, include))})
     _check_single_values(header, indices)
     scale_names = [names[i] for i in indices]
     shapes = [header.shapes[i] for i in indices]
     values = source.read_values(header, indices) if read_values else [None] * len(indices)
-    scales = ShardScales(indices, scale_names, shapes, values, nvfp4)
+    scales = ShardScales(indices, scale_names, shapes, values, layout)
     return ShardScan(
         path=header.path,
         names=scale_names,
@@ -240,6 +284,7 @@ def _scan_shard(
         values=values,
         index_digest=index_digest,
         work=None if work is None else work(header, scales),
+        layout=layout,
     )
 
 

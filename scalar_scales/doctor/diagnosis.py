@@ -3,12 +3,14 @@ rules that need the whole checkpoint."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from scalar_scales.doctor.checkpoint_rules import checkpoint_findings
+from scalar_scales.doctor.expectations import Expectations, expectations_of
+from scalar_scales.doctor.matching import Kind
 from scalar_scales.doctor.rules import Finding
-from scalar_scales.doctor.scheme import Scheme, scheme_of
 from scalar_scales.doctor.shard_rules import ShardChecks
 from scalar_scales.scan import CheckpointScan, scan_shards
 from scalar_scales.sources.checkpoint import OpenedCheckpoint
@@ -18,15 +20,24 @@ __all__ = ["Diagnosis", "diagnose"]
 
 @dataclass(frozen=True)
 class Diagnosis:
-    """What the scan read, the config's NVFP4 scheme, and every rule's findings."""
+    """What the scan read, what the config declares of each module, and every rule's findings."""
 
     scan: CheckpointScan
-    scheme: Scheme | None
+    expectations: Expectations
     findings: list[Finding]
+
+    @property
+    def modules(self) -> Counter[tuple[str | None, Kind]]:
+        """The checkpoint's modules the rules judged, by (the NVFP4 group that quantizes them, or None; their
+        kind)."""
+        counted: Counter[tuple[str | None, Kind]] = Counter()
+        for shard in self.scan.shards:
+            counted.update(shard.work.inventory.groups)
+        return counted
 
 
 def diagnose(opened: OpenedCheckpoint, *, include: Sequence[str] = ()) -> Diagnosis:
     """Apply every rule to ``opened`` (``include``: also these per-tensor scales, by glob)."""
-    scheme = scheme_of(opened.config, str(opened.location.config))
-    scan = scan_shards(opened, include=include, work=ShardChecks(scheme))
-    return Diagnosis(scan, scheme, checkpoint_findings(scan, scheme))
+    expectations = expectations_of(opened.declared)
+    scan = scan_shards(opened, include=include, work=ShardChecks(expectations))
+    return Diagnosis(scan, expectations, checkpoint_findings(scan, expectations))

@@ -12,8 +12,8 @@ turned into a finite automaton (Thompson's construction), and matched by
 walking a deterministic automaton built from it as names need it: one step
 per character, whatever the pattern. What a finite automaton cannot match
 (back-references, look-arounds, atomic groups, possessive repeats, word
-boundaries, inline flags) is refused with a :class:`PatternError` naming the
-construct. ``tests/base/doctor/test_patterns.py`` holds the verdicts to
+boundaries, inline flags but DOTALL) is refused with a :class:`PatternError`
+naming the construct. ``tests/base/doctor/test_patterns.py`` holds the verdicts to
 ``re.match``'s on real module names and generated patterns.
 
 A set of patterns shares one automaton, and names that share a prefix with
@@ -80,9 +80,11 @@ _Fragment = tuple[int, list[tuple[int, str]]]
 
 
 class _Builder:
-    def __init__(self, nfa: _Nfa, pattern: str):
+    def __init__(self, nfa: _Nfa, pattern: str, dotall: bool):
         self.nfa = nfa
         self.pattern = pattern
+        self.dotall = dotall
+        """``.`` matches a newline too (DOTALL: ``(?s)``, or inside ``(?s:...)``)."""
 
     def refuse(self, what: str) -> PatternError:
         return PatternError(f"uses {what}, which cannot be matched in bounded time")
@@ -122,7 +124,7 @@ class _Builder:
             ch = chr(av)  # type: ignore[arg-type]
             return self.char(ch.__ne__)
         if op is c.ANY:
-            return self.char("\n".__ne__)
+            return self.char(_any if self.dotall else "\n".__ne__)
         if op is c.IN:
             return self.char(self.char_set(av))  # type: ignore[arg-type]
         if op is c.CATEGORY:
@@ -135,9 +137,14 @@ class _Builder:
             return state, [(state, "epsilon")]
         if op is c.SUBPATTERN:
             _, add_flags, del_flags, body = av  # type: ignore[misc]
-            if add_flags or del_flags:  # (?i:...) and the like
+            if (add_flags | del_flags) & ~c.SRE_FLAG_DOTALL:  # (?i:...) and the like
                 raise self.refuse("inline flags")
-            return self.sequence(body)
+            outer = self.dotall
+            self.dotall = bool(add_flags & c.SRE_FLAG_DOTALL) or (outer and not del_flags & c.SRE_FLAG_DOTALL)
+            try:
+                return self.sequence(body)
+            finally:
+                self.dotall = outer
         if op is c.BRANCH:
             _, branches = av  # type: ignore[misc]
             fragments = [self.sequence(branch) for branch in branches]
@@ -232,6 +239,10 @@ class _Builder:
         return tests[av]  # type: ignore[index]
 
 
+def _any(ch: str) -> bool:
+    return True
+
+
 def _is_word(ch: str) -> bool:
     """``\\w`` for a str pattern: Unicode letters, digits and numerics, and the underscore."""
     return ch.isalnum() or ch == "_"
@@ -258,9 +269,10 @@ class PatternSet:
                 parsed = sre_parse.parse(pattern)
             except re.error as error:
                 raise PatternError(f"{pattern!r} is not a regular expression ({error})") from None
-            if parsed.state.flags & ~(sre_constants.SRE_FLAG_UNICODE):
+            flags = parsed.state.flags
+            if flags & ~(sre_constants.SRE_FLAG_UNICODE | sre_constants.SRE_FLAG_DOTALL):
                 raise PatternError(f"{pattern!r} uses inline flags, which cannot be matched in bounded time")
-            builder = _Builder(self._nfa, pattern)
+            builder = _Builder(self._nfa, pattern, dotall=bool(flags & sre_constants.SRE_FLAG_DOTALL))
             try:
                 start, exits = builder.sequence(list(parsed))
             except PatternError as error:

@@ -3,6 +3,11 @@
 A checkpoint the size of DeepSeek-V4-Flash can have a finding for each of
 its 66,048 scales, so the text shows the first few of each rule and says
 how many more there are; ``--show-all`` and ``--json`` give every one.
+
+The report says what was checked: the NVFP4 modules of each config group,
+under the config's own name for its format, and the global scales. Where
+there was nothing to check (no NVFP4 module, no scale in scope) it says so,
+and never that all checks passed.
 """
 
 from __future__ import annotations
@@ -14,9 +19,13 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Protocol
 
+from scalar_scales.doctor.config_rules import CLASS_RULES
 from scalar_scales.doctor.diagnosis import Diagnosis
-from scalar_scales.doctor.rules import RULES, Finding
+from scalar_scales.doctor.rules import RULES, SEVERITIES, Finding, Severity
+from scalar_scales.errors import printable
+from scalar_scales.nvfp4 import MODELOPT
 from scalar_scales.sources.checkpoint import CheckpointLocation
+from scalar_scales.sources.declaration import Group
 from scalar_scales.sources.hub import HUB_PREFIX
 
 __all__ = ["SHOWN_PER_RULE", "CheckReport", "json_number"]
@@ -52,43 +61,113 @@ class CheckReport:
 
     @property
     def errors(self) -> int:
-        return self._count("error")
+        return self.count("error")
 
     @property
     def warnings(self) -> int:
-        return self._count("warning")
+        return self.count("warning")
 
-    def _count(self, severity: str) -> int:
+    def count(self, severity: Severity) -> int:
         return sum(n for code, n in self.counts.items() if RULES[code].severity == severity)
 
     @property
+    def applied_codes(self) -> frozenset[str]:
+        """The selected rules that were applied: not the class rules where the config names a class no module can
+        be judged against."""
+        return self.codes - CLASS_RULES if self.diagnosis.expectations.unjudged_classes else self.codes
+
+    @property
+    def nvfp4_modules(self) -> int:
+        return sum(n for (_, kind), n in self.diagnosis.modules.items() if kind == "nvfp4")
+
+    @property
+    def checked(self) -> bool:
+        """Whether there was anything to check: an NVFP4 module, or a per-tensor scale in scope."""
+        return bool(self.nvfp4_modules or self.diagnosis.scan.scale_count)
+
+    @property
     def exit_code(self) -> int:
-        return 1 if self.errors or (self.strict and self.warnings) else 0
+        return 1 if self.errors or (self.strict and (self.warnings or not self.checked)) else 0
 
     def heading(self) -> str:
         scan = self.diagnosis.scan
-        declared = scan.declared_format_version
-        marker = "no config.json" if declared is None else f"format_version {declared}"
+        declared = scan.declared
+        if declared is None:
+            what = "no config.json"
+        elif declared.producer is None:
+            what = f"{declared.format_name or 'no quantization_config'}"
+        elif declared.producer == MODELOPT:
+            what = f"ModelOpt {declared.format_name} ({os.path.basename(declared.source or '')})"
+        else:
+            what = f"{declared.format_name or 'no format'}, format_version {declared.format_version}"
         legacy = scan.legacy_count
         return (
-            f"{scan.checkpoint.root}: {len(scan.shards)} shard(s), {scan.quantization_format or 'unknown format'}, "
-            f"{marker}, {scan.scale_count} global scales ({legacy} (1,), {scan.scale_count - legacy} 0-D)"
+            f"{scan.checkpoint.root}: {len(scan.shards)} shard(s), {what}, {scan.scale_count} global scales "
+            f"({legacy} (1,), {scan.scale_count - legacy} 0-D)"
         )
 
+    def checked_line(self) -> str:
+        """What the rules were applied to: the NVFP4 modules of each config group, and the modules left alone."""
+        modules = self.diagnosis.modules
+        groups = Counter[str]()
+        others = Counter[str]()
+        for (group, kind), n in modules.items():
+            if kind == "nvfp4":
+                groups[group or "no config group"] += n
+            else:
+                others[kind] += n
+        declared = self.diagnosis.scan.declared
+        details = {g.name: g for g in (declared.groups if declared is not None else ())}
+        parts = [
+            f"config group {name}, {_group_text(details[name])}: {n}" if name in details else f"{name}: {n}"
+            for name, n in sorted(groups.items())
+        ]
+        line = f"Checked {self.nvfp4_modules} NVFP4 modules" + (f" ({', '.join(parts)})" if parts else "")
+        line += f" and {self.diagnosis.scan.scale_count} global scales"
+        if others:
+            line += "; held to the config only, not NVFP4: " + ", ".join(
+                f"{n} {_KIND_TEXT[kind]}" for kind, n in sorted(others.items())
+            )
+        if unjudged := self.diagnosis.expectations.unjudged_classes:
+            line += (
+                f"; {', '.join(sorted(CLASS_RULES & self.codes))} not applied: the config names classes a checkpoint "
+                f"does not show ({', '.join(map(printable, unjudged))})"
+            )
+        return line + "."
+
     def summary(self) -> str:
-        if not self.reported:
-            line = f"All checks passed: no finding from {len(self.codes)} rules."
+        if not self.checked and not self.reported:
+            line = (
+                "Nothing checked: no NVFP4 module and no per-tensor scale in scope "
+                f"({self._declared_text()}); the rules apply to NVFP4 checkpoints."
+            )
+        elif not self.reported:
+            line = (
+                f"All checks passed: no finding from {len(self.applied_codes)} rules on {self.nvfp4_modules} NVFP4 "
+                f"modules and {self.diagnosis.scan.scale_count} global scales."
+            )
         else:
             by_code = ", ".join(f"{code} {n}" for code, n in sorted(self.counts.items()))
-            line = f"Found {len(self.reported)}: {self.errors} errors, {self.warnings} warnings ({by_code})."
+            counted = ", ".join(f"{self.count(severity)} {_PLURAL[severity]}" for severity in SEVERITIES)
+            line = f"Found {len(self.reported)}: {counted} ({by_code})."
         if self.fetched is not None:
             fetched, total = self.fetched.bytes_fetched, self.fetched.bytes_total
             share = 100 * fetched / total if total else 0.0
             line += f" Fetched {fetched} of the files' {total} bytes ({share:.3g}%)."
         return line
 
+    def _declared_text(self) -> str:
+        declared = self.diagnosis.scan.declared
+        if declared is None:
+            return "no config.json"
+        if declared.producer is None:
+            return f"the config declares {declared.format_name}" if declared.format_name else "no quantization_config"
+        return f"the config declares {declared.format_name}"
+
     def lines(self, *, show_all: bool = False, with_scales: bool = False) -> list[str]:
         lines = [self.heading()]
+        if self.checked:
+            lines.append(self.checked_line())
         if with_scales:
             lines += [f"{s.layout:<7}{str(list(s.shape)):<5}{s.name} = {s.value!r}" for s in self.diagnosis.scan.scales]
         groups: dict[str, list[Finding]] = {}
@@ -112,6 +191,7 @@ class CheckReport:
                 {
                     "code": f.code,
                     "severity": f.severity,
+                    "effect": f.effect,
                     "tensor": f.tensor,
                     "file": f.file,
                     "message": f.message,
@@ -121,13 +201,20 @@ class CheckReport:
             "summary": {
                 "checkpoint": str(scan.checkpoint.root),
                 "shards": len(scan.shards),
+                "producer": None if scan.declared is None else scan.declared.producer,
+                "format": None if scan.declared is None else scan.declared.format_name,
                 "quantization_format": scan.quantization_format,
                 "format_version": scan.declared_format_version,
+                "checked": self.checked,
+                "nvfp4_modules": self.nvfp4_modules,
+                "rules_applied": sorted(self.applied_codes),
+                "modules": _modules_document(self.diagnosis),
                 "scales": scan.scale_count,
                 "legacy": scan.legacy_count,
                 "scalar": scan.scale_count - scan.legacy_count,
                 "errors": self.errors,
                 "warnings": self.warnings,
+                "infos": self.count("info"),
                 "counts": dict(sorted(self.counts.items())),
                 "exit_code": self.exit_code,
                 "bytes_fetched": None if self.fetched is None else self.fetched.bytes_fetched,
@@ -147,6 +234,27 @@ class CheckReport:
                 for scale in scan.scales
             ]
         return document
+
+
+_PLURAL = {"error": "errors", "warning": "warnings", "info": "info"}
+_KIND_TEXT = {
+    "quantized": "quantized another way",
+    "linear": "unquantized linear",
+    "embedding": "embedding",
+    "other": "other",
+}
+
+
+def _group_text(group: Group) -> str:
+    activations = "W4A4" if group.input_activations else "weight-only"
+    return f"{group.format} {activations}"
+
+
+def _modules_document(diagnosis: Diagnosis) -> list[dict[str, Any]]:
+    return [
+        {"group": group, "kind": kind, "count": n}
+        for (group, kind), n in sorted(diagnosis.modules.items(), key=lambda item: (str(item[0][0]), item[0][1]))
+    ]
 
 
 def _fix_command(command: str, checkpoint: CheckpointLocation) -> str:

@@ -3,7 +3,16 @@
 A rule's code never changes meaning; ``docs/check.md`` documents each one
 with its upstream evidence. The codes are grouped by what they look at:
 NV1 the scale layout and its marker, NV2 tensors a server needs and cannot
-find, NV3 scale values, NV4 shapes and dtypes, NV5 the index.
+find, NV3 scale values, NV4 shapes and dtypes, NV5 the index, NV6 what the
+config declares against what the shards hold.
+
+Each rule has an **effect**: what vLLM was seen to do with a checkpoint that
+has the finding, in the run that ``scripts/check_evidence.py`` makes of real
+``oneshot`` artifacts broken one way at a time (``docs/check-evidence.md``).
+Its severity follows from the effect: a checkpoint that fails to load or
+gives NaN or wrong output is an error; one that runs less accurately, or
+that some other consumer refuses, a warning; and one every consumer serves
+as it should, information.
 
 A :class:`Finding` is one line for a user: the tensor, and what a server
 will do with it.
@@ -15,9 +24,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
-__all__ = ["RULES", "Finding", "Rule", "Severity", "selected_codes"]
+__all__ = ["EFFECTS", "RULES", "SEVERITIES", "Effect", "Finding", "Rule", "Severity", "selected_codes"]
 
-Severity = Literal["error", "warning"]
+Severity = Literal["error", "warning", "info"]
+SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
+Effect = Literal["load-error", "nan-output", "wrong-output", "accuracy", "none"]
+EFFECTS: dict[Effect, str] = {
+    "load-error": "vLLM does not start: the checkpoint fails to load",
+    "nan-output": "vLLM starts, and its log-probabilities hold NaN",
+    "wrong-output": "vLLM starts and generates other tokens than the intact checkpoint",
+    "accuracy": "vLLM generates the intact checkpoint's tokens, with logits measurably apart",
+    "none": "vLLM serves it as it serves the intact checkpoint",
+}
+"""Each effect, most harmful first, as docs/check.md defines it."""
 
 
 @dataclass(frozen=True)
@@ -25,33 +44,112 @@ class Rule:
     code: str
     name: str
     severity: Severity
+    effect: Effect
+    """What vLLM was seen to do with a checkpoint that has the finding (docs/check-evidence.md)."""
     summary: str
     """What the rule finds, in a few words."""
     fix: str | None = None
     """What makes the finding go away, where one command does."""
 
 
+_MIGRATE = "scalar-scales migrate"
+
 RULES: dict[str, Rule] = {
     rule.code: rule
     for rule in (
-        Rule("NV101", "legacy-scale-shape", "error", "a global scale of shape (1,)", "scalar-scales migrate"),
+        Rule("NV101", "legacy-scale-shape", "warning", "none", "a global scale of shape (1,)", _MIGRATE),
         Rule(
             "NV102",
             "marker-disagrees",
-            "error",
-            "config.json's format_version disagrees with the scales' layout",
-            "scalar-scales migrate",
+            "warning",
+            "none",
+            "config.json declares format_version 2 but global scales are (1,)",
+            _MIGRATE,
         ),
-        Rule("NV201", "missing-weight-global-scale", "error", "an NVFP4 module without weight_global_scale"),
-        Rule("NV202", "missing-input-global-scale", "error", "a W4A4 module without input_global_scale"),
-        Rule("NV301", "invalid-scale-value", "error", "a global scale that is zero, negative, NaN or Inf"),
-        Rule("NV302", "reciprocal-scale", "error", "a global scale stored as amax/(6*448) instead of (6*448)/amax"),
-        Rule("NV303", "fused-scales-differ", "warning", "fused partners (gate/up, q/k/v) with different global scales"),
-        Rule("NV401", "weight-scale-shape", "error", "a weight_scale whose shape does not fit its weight_packed"),
-        Rule("NV402", "wrong-dtype", "error", "an NVFP4 tensor of the wrong dtype"),
-        Rule("NV501", "index-disagrees", "error", "the index and the shards name different tensors"),
+        Rule("NV103", "marker-missing", "info", "none", "0-D global scales without format_version 2", _MIGRATE),
+        Rule(
+            "NV201",
+            "missing-weight-global-scale",
+            "error",
+            "nan-output",
+            "an NVFP4 module without its weight global scale",
+        ),
+        Rule(
+            "NV202",
+            "missing-input-global-scale",
+            "error",
+            "nan-output",
+            "a W4A4 module without its input global scale",
+        ),
+        Rule("NV203", "missing-weight-scale", "error", "nan-output", "an NVFP4 module without its group scales"),
+        Rule(
+            "NV301", "invalid-scale-value", "error", "nan-output", "a global scale that is zero, negative, NaN or Inf"
+        ),
+        Rule(
+            "NV302",
+            "other-convention",
+            "error",
+            "wrong-output",
+            "a global scale stored in the other producer's convention",
+        ),
+        Rule(
+            "NV303",
+            "fused-scales-differ",
+            "error",
+            "wrong-output",
+            "fused partners (gate/up, q/k/v) with different global scales",
+        ),
+        Rule(
+            "NV401",
+            "weight-scale-shape",
+            "error",
+            "nan-output",
+            "group scales whose shape does not fit the packed weight",
+        ),
+        Rule("NV402", "wrong-dtype", "error", "nan-output", "an NVFP4 tensor of the wrong dtype"),
+        Rule(
+            "NV501",
+            "index-names-missing-tensor",
+            "warning",
+            "none",
+            "the index names a tensor its shard does not hold",
+        ),
+        Rule("NV502", "tensor-not-in-index", "warning", "none", "a shard holds a tensor the index does not name"),
+        Rule("NV601", "quantized-but-ignored", "error", "load-error", "an NVFP4 module the config leaves unquantized"),
+        Rule(
+            "NV602",
+            "quantized-but-not-targeted",
+            "error",
+            "load-error",
+            "an NVFP4 module no NVFP4 config group targets",
+        ),
+        Rule(
+            "NV603",
+            "targeted-but-not-nvfp4",
+            "error",
+            "load-error",
+            "a module an NVFP4 group targets, stored otherwise",
+        ),
+        Rule(
+            "NV604",
+            "input-scale-for-weight-only",
+            "error",
+            "load-error",
+            "an input scale stored for a weight-only group",
+        ),
+        Rule(
+            "NV605",
+            "kv-scales-missing",
+            "error",
+            "wrong-output",
+            "a declared KV-cache quantization without k_scale/v_scale",
+        ),
+        Rule("NV606", "kv-scales-undeclared", "info", "none", "k_scale/v_scale stored without a KV-cache quantization"),
+        Rule("NV607", "nvfp4-undeclared", "error", "load-error", "NVFP4 modules in the shards, no NVFP4 in the config"),
     )
 }
+"""Every rule. The effects are the ones docs/check-evidence.md records; tests/base/doctor/test_evidence.py fails
+where they differ."""
 
 
 class Finding(NamedTuple):
@@ -69,6 +167,10 @@ class Finding(NamedTuple):
     @property
     def severity(self) -> Severity:
         return RULES[self.code].severity
+
+    @property
+    def effect(self) -> Effect:
+        return RULES[self.code].effect
 
 
 def selected_codes(select: Iterable[str] = (), ignore: Iterable[str] = ()) -> frozenset[str]:

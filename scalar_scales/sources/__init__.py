@@ -1,6 +1,6 @@
 """Where a checkpoint's shards come from: this machine's files (:mod:`.local`) or a Hub repository read by
-range requests (:mod:`.hub`), behind one protocol (:class:`ShardSource`), and what a checkpoint's layout and
-config declare (:mod:`.checkpoint`)."""
+range requests (:mod:`.hub`), behind one protocol (:class:`ShardSource`); what a checkpoint's layout is
+(:mod:`.checkpoint`) and what its configs declare (:mod:`.declaration`)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,13 @@ from scalar_scales.sources.checkpoint import (
     SINGLE_FILE_NAME,
     UNIQUE_KEYS,
     CheckpointLocation,
-    Declaration,
     OpenedCheckpoint,
     ShardSource,
-    declaration,
     shard_name,
     shard_names,
     weight_map_of,
 )
+from scalar_scales.sources.declaration import MODELOPT_CONFIG_NAME, Declaration, Group, declaration
 from scalar_scales.sources.hub import HUB_PREFIX, HubShards, RemoteCheckpoint, is_hub_address, open_hub_checkpoint
 from scalar_scales.sources.local import (
     LOCAL_SHARDS,
@@ -36,11 +35,13 @@ __all__ = [
     "HUB_PREFIX",
     "INDEX_NAME",
     "LOCAL_SHARDS",
+    "MODELOPT_CONFIG_NAME",
     "SINGLE_FILE_NAME",
     "UNIQUE_KEYS",
     "Checkpoint",
     "CheckpointLocation",
     "Declaration",
+    "Group",
     "HubShards",
     "LocalShards",
     "OpenedCheckpoint",

@@ -1,26 +1,25 @@
-"""What a checkpoint is, wherever its files are: its layout, its config's declaration, and where shards come from.
+"""What a checkpoint is, wherever its files are: its layout, its configs, and where shards come from.
 
 A checkpoint is a folder (or a Hub repository) with
 ``model.safetensors.index.json``, or with one ``model.safetensors``, or a
 single ``.safetensors`` file. Which of these it is, and which shards it
 has, is decided once (:func:`shard_names`) for local folders and Hub
-repositories alike. Its marker is ``config.json``'s
-``quantization_config.format_version``: 2 means 0-D global scales, a missing
-key means legacy (1,), which we call version 1.
+repositories alike. What its configs declare is read by
+:mod:`scalar_scales.sources.declaration`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Protocol
 
 from scalar_scales.errors import CheckpointError
 from scalar_scales.files.header import SafetensorsHeader
-from scalar_scales.nvfp4 import FORMAT_VERSION_KEY, LEGACY_FORMAT_VERSION, NVFP4_FORMAT, SCALAR_FORMAT_VERSION
+from scalar_scales.sources.declaration import MODELOPT_CONFIG_NAME, Declaration, declaration
 
 __all__ = [
     "CONFIG_NAME",
@@ -28,10 +27,8 @@ __all__ = [
     "SINGLE_FILE_NAME",
     "UNIQUE_KEYS",
     "CheckpointLocation",
-    "Declaration",
     "OpenedCheckpoint",
     "ShardSource",
-    "declaration",
     "shard_name",
     "shard_names",
     "weight_map_of",
@@ -40,7 +37,7 @@ __all__ = [
 CONFIG_NAME = "config.json"
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_FILE_NAME = "model.safetensors"
-UNIQUE_KEYS = {CONFIG_NAME: "quantization_config"}
+UNIQUE_KEYS = {CONFIG_NAME: "quantization_config", MODELOPT_CONFIG_NAME: "quantization"}
 """What a tool reads of each JSON file to decide, in which no key may be given twice (``files.json_document``)."""
 
 
@@ -61,6 +58,10 @@ class CheckpointLocation(Protocol):
     def config(self) -> Path | str | None: ...
 
     @property
+    def modelopt_config(self) -> Path | str | None:
+        """ModelOpt's ``hf_quant_config.json``, where the checkpoint has one."""
+
+    @property
     def weight_map(self) -> dict[str, str] | None: ...
 
 
@@ -76,12 +77,22 @@ class ShardSource(Protocol):
 
 @dataclass(frozen=True)
 class OpenedCheckpoint:
-    """A checkpoint ready to scan: where its files are, its parsed ``config.json`` (None without one), and the
-    source that reads its shards."""
+    """A checkpoint ready to scan: where its files are, its parsed ``config.json`` and ``hf_quant_config.json``
+    (None without one), and the source that reads its shards."""
 
     location: CheckpointLocation
     config: dict[str, Any] | None
     source: ShardSource
+    modelopt_config: dict[str, Any] | None = None
+
+    @cached_property
+    def declared(self) -> Declaration | None:
+        """What the configs declare (:func:`~scalar_scales.sources.declaration.declaration`); None without either
+        file."""
+        if self.config is None and self.modelopt_config is None:
+            return None
+        location = self.location
+        return declaration(self.config, location.config, self.modelopt_config, location.modelopt_config)
 
 
 def shard_name(path: Path | str) -> str:
@@ -133,41 +144,3 @@ def weight_map_of(index: dict[str, Any], path: str | os.PathLike[str]) -> dict[s
 
 def _is_shard_name(name: object) -> bool:
     return isinstance(name, str) and name.endswith(".safetensors") and Path(name).name == name
-
-
-@dataclass(frozen=True)
-class Declaration:
-    """What ``config.json``'s ``quantization_config`` declares, checked."""
-
-    quantization_format: str | None
-    """``nvfp4-pack-quantized`` when any config group uses it, else the top-level ``format``."""
-    format_version: int
-    """2 for 0-D global scales; 1 (legacy, (1,)) when the key is absent."""
-
-
-def declaration(config: dict[str, Any], path: str | os.PathLike[str]) -> Declaration:
-    """The declaration of ``config`` (the parsed ``path``); a malformed one is a :class:`CheckpointError`."""
-    quantization_config = config.get("quantization_config")
-    if quantization_config is None:
-        return Declaration(None, LEGACY_FORMAT_VERSION)
-    if not isinstance(quantization_config, dict):
-        raise CheckpointError(path, f"quantization_config must be an object, not {_json_kind(quantization_config)}")
-    groups = quantization_config.get("config_groups") or {}
-    if not isinstance(groups, dict) or not all(isinstance(group, dict) for group in groups.values()):
-        raise CheckpointError(path, "quantization_config.config_groups must be an object of objects")
-    formats = [quantization_config.get("format"), *(group.get("format") for group in groups.values())]
-    if not all(fmt is None or isinstance(fmt, str) for fmt in formats):
-        raise CheckpointError(path, "a quantization_config format must be a string")
-    version = quantization_config.get(FORMAT_VERSION_KEY, LEGACY_FORMAT_VERSION)
-    if type(version) is not int or version not in (LEGACY_FORMAT_VERSION, SCALAR_FORMAT_VERSION):
-        raise CheckpointError(
-            path, f"quantization_config.{FORMAT_VERSION_KEY} must be 1 or 2, not {json.dumps(version)}"
-        )
-    quantization_format = NVFP4_FORMAT if NVFP4_FORMAT in formats else formats[0]
-    return Declaration(quantization_format, version)
-
-
-def _json_kind(value: object) -> str:
-    return {str: "a string", list: "a list", bool: "a boolean", int: "a number", float: "a number"}.get(
-        type(value), type(value).__name__
-    )

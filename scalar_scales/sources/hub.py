@@ -46,6 +46,7 @@ from scalar_scales.sources.checkpoint import (
     shard_name,
     shard_names,
 )
+from scalar_scales.sources.declaration import MODELOPT_CONFIG_NAME
 
 __all__ = ["HUB_PREFIX", "HubShards", "RemoteCheckpoint", "is_hub_address", "open_hub_checkpoint"]
 
@@ -76,6 +77,7 @@ class RemoteCheckpoint:
     files: tuple[str, ...]
     config: str | None
     weight_map: dict[str, str] | None
+    modelopt_config: str | None = None
 
 
 class _Client:
@@ -336,12 +338,15 @@ def open_hub_checkpoint(address: str) -> OpenedCheckpoint:
         raise CheckpointError(address, f"not a repository id huggingface_hub accepts: {error}") from None
     commit, siblings = _model_info(repo_id, revision, address)
     shards = HubShards(address, repo_id, commit)
-    config = shards.read_json(CONFIG_NAME) if CONFIG_NAME in siblings else None
+    config, modelopt_config = (
+        shards.read_json(name) if name in siblings else None for name in (CONFIG_NAME, MODELOPT_CONFIG_NAME)
+    )
     names, weight_map = shard_names(siblings.__contains__, lambda: shards.read_json(INDEX_NAME), address, shards.label)
     checkpoint = RemoteCheckpoint(
         root=address,
         files=tuple(map(shards.label, names)),
         config=shards.label(CONFIG_NAME) if config is not None else None,
         weight_map=weight_map,
+        modelopt_config=shards.label(MODELOPT_CONFIG_NAME) if modelopt_config is not None else None,
     )
-    return OpenedCheckpoint(checkpoint, config, shards)
+    return OpenedCheckpoint(checkpoint, config, shards, modelopt_config)

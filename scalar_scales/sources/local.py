@@ -15,6 +15,7 @@ from scalar_scales.files.header import SafetensorsHeader, read_header
 from scalar_scales.files.json_document import read_json_object
 from scalar_scales.files.scalars import decode_scalar
 from scalar_scales.sources.checkpoint import CONFIG_NAME, INDEX_NAME, UNIQUE_KEYS, OpenedCheckpoint, shard_names
+from scalar_scales.sources.declaration import MODELOPT_CONFIG_NAME
 
 __all__ = [
     "LOCAL_SHARDS",
@@ -40,6 +41,7 @@ class Checkpoint:
     files: tuple[Path, ...]
     config: Path | None
     weight_map: dict[str, str] | None = None
+    modelopt_config: Path | None = None
 
 
 def resolve_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
@@ -69,8 +71,11 @@ def resolve_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
         lambda n: str(root / n),
     )
     files = tuple(_regular(root / name) for name in names)
-    config = _regular(root / CONFIG_NAME) if _kind(root / CONFIG_NAME) != "missing" else None
-    return Checkpoint(root, Path(os.path.realpath(root)), files, config, weight_map)
+    config, modelopt_config = (
+        _regular(root / name) if _kind(root / name) != "missing" else None
+        for name in (CONFIG_NAME, MODELOPT_CONFIG_NAME)
+    )
+    return Checkpoint(root, Path(os.path.realpath(root)), files, config, weight_map, modelopt_config)
 
 
 def _kind(path: Path) -> str:
@@ -97,10 +102,13 @@ def _regular(path: Path) -> Path:
 
 
 def open_local(path: str | os.PathLike[str] | Checkpoint) -> OpenedCheckpoint:
-    """The checkpoint at ``path`` (or already resolved), its parsed ``config.json``, and the reader of its files."""
+    """The checkpoint at ``path`` (or already resolved), its parsed configs, and the reader of its files."""
     checkpoint = path if isinstance(path, Checkpoint) else resolve_checkpoint(path)
-    config = read_json_object(checkpoint.config, UNIQUE_KEYS[CONFIG_NAME]) if checkpoint.config else None
-    return OpenedCheckpoint(checkpoint, config, LOCAL_SHARDS)
+    config, modelopt_config = (
+        read_json_object(file, UNIQUE_KEYS[file.name]) if file else None
+        for file in (checkpoint.config, checkpoint.modelopt_config)
+    )
+    return OpenedCheckpoint(checkpoint, config, LOCAL_SHARDS, modelopt_config)
 
 
 def read_config(folder: str | os.PathLike[str]) -> dict[str, Any] | None:

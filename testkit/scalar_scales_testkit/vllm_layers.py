@@ -110,16 +110,48 @@ def moe_layers(artifact: Path) -> list[str]:
     return sorted({match["layer"] for name in tensor_entries(artifact) if (match := EXPERT_TENSOR.match(name))})
 
 
-def build_moe_layer(artifact: Path, prefix: str, vllm_config: Any = None) -> torch.nn.Module:
-    """The MoE layer ``prefix`` of an artifact, sized by its config.json, with its compressed-tensors config,
-    under ``vllm_config`` (default: a plain one, one rank)."""
-    from vllm.config import VllmConfig, set_current_vllm_config
+def _quant_config(artifact: Path, config: dict[str, Any]) -> Any:
+    """vLLM's quantization config of an artifact: compressed-tensors' from config.json, or ModelOpt's from
+    hf_quant_config.json (NVFP4, or MIXED_PRECISION), as vLLM's ``get_quant_config`` picks them."""
+    modelopt = artifact / "hf_quant_config.json"
+    if modelopt.exists():
+        from vllm.model_executor.layers.quantization.modelopt import (
+            ModelOptMixedPrecisionConfig,
+            ModelOptNvFp4Config,
+        )
+
+        hf_quant_config = json.loads(modelopt.read_text())
+        mixed = hf_quant_config["quantization"]["quant_algo"] == "MIXED_PRECISION"
+        return (ModelOptMixedPrecisionConfig if mixed else ModelOptNvFp4Config).from_config(hf_quant_config)
     from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import (
         CompressedTensorsConfig,
     )
 
+    return CompressedTensorsConfig.from_config(config["quantization_config"])
+
+
+@contextlib.contextmanager
+def _modelopt_backend_chosen() -> Iterator[None]:
+    """ModelOpt's MoE method picks its NVFP4 backend through its own import of ``select_nvfp4_moe_backend``, which
+    refuses the CPU: pick vLLM's EMULATION backend id there, so that vLLM builds the layer's parameters."""
+    import vllm.model_executor.layers.quantization.modelopt as modelopt
+    from vllm.model_executor.layers.fused_moe.oracle.nvfp4 import NvFp4MoeBackend
+
+    original = modelopt.select_nvfp4_moe_backend
+    modelopt.select_nvfp4_moe_backend = lambda *args, **kwargs: (NvFp4MoeBackend.EMULATION, None)
+    try:
+        yield
+    finally:
+        modelopt.select_nvfp4_moe_backend = original
+
+
+def build_moe_layer(artifact: Path, prefix: str, vllm_config: Any = None) -> torch.nn.Module:
+    """The MoE layer ``prefix`` of an artifact, sized by its config.json, with its compressed-tensors config (or
+    ModelOpt's hf_quant_config.json), under ``vllm_config`` (default: a plain one, one rank)."""
+    from vllm.config import VllmConfig, set_current_vllm_config
+
     config = json.loads((artifact / "config.json").read_text())
-    quant_config = CompressedTensorsConfig.from_config(config["quantization_config"])
+    quant_config = _quant_config(artifact, config)
     common = dict(
         num_experts=config.get("num_experts") or config["num_local_experts"],
         top_k=config.get("num_experts_per_tok", 2),
@@ -127,7 +159,7 @@ def build_moe_layer(artifact: Path, prefix: str, vllm_config: Any = None) -> tor
         intermediate_size=config.get("moe_intermediate_size") or config["intermediate_size"],
         quant_config=quant_config,
     )
-    with set_current_vllm_config(vllm_config or VllmConfig()), MOE_PATCHES.applied():
+    with set_current_vllm_config(vllm_config or VllmConfig()), MOE_PATCHES.applied(), _modelopt_backend_chosen():
         if is_routed_experts():
             from vllm.model_executor.layers.fused_moe.layer import FusedMoEFactory
 

@@ -182,7 +182,7 @@ def test_7_a_pattern_no_finite_automaton_matches_is_refused_naming_it(clean):
     with_mixed_groups(clean, r"re:(a)\1")
     line = one_line(run_cli("check", clean))
     assert line == (
-        f"scalar-scales: error: {clean / 'config.json'}: a config group's re: target '(a)\\\\1' uses a "
+        f"scalar-scales: error: {clean / 'config.json'}: a re: target or ignore entry '(a)\\\\1' uses a "
         "back-reference, which cannot be matched in bounded time"
     )
 

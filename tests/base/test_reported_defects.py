@@ -344,15 +344,17 @@ def test_9_check_json_is_strict_json_with_non_finite_values_as_strings(checkpoin
 # 10. Index and shards that disagree went unnoticed.
 
 
-def assert_migrate_refuses_and_check_reports_nv501(checkpoint: Path, shard: Path, tensor: str, problem: str) -> None:
-    """Since issue 15, an index that disagrees with its shards is a check finding (NV501), and still a migrate
-    refusal."""
+def assert_migrate_refuses_and_check_reports_it(
+    checkpoint: Path, shard: Path, tensor: str, problem: str, code: str
+) -> None:
+    """Since issue 15, an index that disagrees with its shards is a check finding (NV501, NV502 since issue
+    22), and still a migrate refusal."""
     assert_refused(checkpoint, str(shard), tensor, problem)
     before = snapshot(checkpoint)
-    result = run_cli("check", checkpoint, "--json", "--select", "NV501")
+    result = run_cli("check", checkpoint, "--json", "--select", code, "--strict")
     assert result.returncode == 1
     [finding] = json.loads(result.stdout)["findings"]
-    assert (finding["code"], finding["file"], finding["tensor"]) == ("NV501", str(shard), tensor)
+    assert (finding["code"], finding["file"], finding["tensor"]) == (code, str(shard), tensor)
     assert problem in finding["message"]
     assert snapshot(checkpoint) == before
 
@@ -362,8 +364,8 @@ def test_10_a_tensor_in_the_index_but_not_in_its_shard_is_refused_by_migrate_and
     index = json.loads(index_path.read_text())
     index["weight_map"]["model.layers.9.mlp.experts.9.up_proj.weight_scale"] = shards(checkpoint)[0].name
     index_path.write_text(json.dumps(index))
-    assert_migrate_refuses_and_check_reports_nv501(
-        checkpoint, shards(checkpoint)[0], "model.layers.9.mlp.experts.9.up_proj.weight_scale", "not in it"
+    assert_migrate_refuses_and_check_reports_it(
+        checkpoint, shards(checkpoint)[0], "model.layers.9.mlp.experts.9.up_proj.weight_scale", "not in it", "NV501"
     )
 
 
@@ -373,6 +375,6 @@ def test_10_a_tensor_in_a_shard_but_not_in_the_index_is_refused_by_migrate_and_r
     name = next(n for n, f in index["weight_map"].items() if f == shards(checkpoint)[1].name)
     del index["weight_map"][name]
     index_path.write_text(json.dumps(index))
-    assert_migrate_refuses_and_check_reports_nv501(
-        checkpoint, shards(checkpoint)[1], name, "not in model.safetensors.index.json"
+    assert_migrate_refuses_and_check_reports_it(
+        checkpoint, shards(checkpoint)[1], name, "not in model.safetensors.index.json", "NV502"
     )

@@ -1,5 +1,3 @@
-"""Each checkpoint of the broken corpus is reported by its own rule, naming the tensor, and check changes nothing."""
-
 from __future__ import annotations
 
 import json
@@ -7,36 +5,48 @@ import json
 import pytest
 
 from scalar_scales.doctor import RULES
-from scalar_scales_testkit.broken import CORPUS, clean_checkpoint
+from scalar_scales.nvfp4 import COMPRESSED_TENSORS_LAYOUT, MODELOPT_LAYOUT
+from scalar_scales_testkit.broken import CORPUS, MODELOPT_CORPUS, clean_checkpoint, clean_modelopt_checkpoint
 from scalar_scales_testkit.cli import run_cli, snapshot
 
+CASES = [
+    pytest.param(clean_checkpoint, COMPRESSED_TENSORS_LAYOUT, case, id=f"compressed-tensors-{name}")
+    for name, case in CORPUS.items()
+] + [
+    pytest.param(clean_modelopt_checkpoint, MODELOPT_LAYOUT, case, id=f"modelopt-{name}")
+    for name, case in MODELOPT_CORPUS.items()
+]
 
-def test_the_corpus_covers_every_rule_once():
+
+def test_the_compressed_tensors_corpus_covers_every_rule_once():
     assert sorted(case.code for case in CORPUS.values()) == sorted(RULES)
 
 
-@pytest.mark.parametrize("name", CORPUS)
-def test_a_broken_checkpoint_is_reported_by_its_rule_and_only_that_rule(tmp_path, name):
-    case = CORPUS[name]
-    checkpoint = clean_checkpoint(tmp_path / name)
-    tensor = case.make(checkpoint)
+def test_the_modelopt_corpus_covers_every_rule_but_compressed_tensors_own():
+    assert sorted(RULES.keys() - {case.code for case in MODELOPT_CORPUS.values()}) == ["NV102", "NV103", "NV604"]
+
+
+@pytest.mark.parametrize(("clean", "layout", "case"), CASES)
+def test_a_broken_checkpoint_is_reported_by_its_rule_and_only_that_rule(tmp_path, clean, layout, case):
+    checkpoint = clean(tmp_path / "checkpoint")
+    assert json.loads(run_cli("check", checkpoint, "--json").stdout)["findings"] == []
+    tensor = case.make(checkpoint, layout)
     before = snapshot(checkpoint)
     result = run_cli("check", checkpoint, "--json")
     findings = json.loads(result.stdout)["findings"]
-    assert {finding["code"] for finding in findings} == {case.code}
+    assert {finding["code"] for finding in findings} == {case.code, *case.alongside}
     assert tensor in {finding["tensor"] for finding in findings}
-    assert result.returncode == (1 if RULES[case.code].severity == "error" else 0)
-    assert run_cli("check", checkpoint, "--strict").returncode == 1
+    assert result.returncode == (1 if "error" in {RULES[code].severity for code in (case.code, *case.alongside)} else 0)
+    assert run_cli("check", checkpoint, "--strict").returncode == (0 if RULES[case.code].severity == "info" else 1)
     assert snapshot(checkpoint) == before
 
 
-@pytest.mark.parametrize("name", CORPUS)
-def test_the_text_report_names_the_rule_and_the_tensor(tmp_path, name):
-    case = CORPUS[name]
-    checkpoint = clean_checkpoint(tmp_path / name)
-    tensor = case.make(checkpoint)
+@pytest.mark.parametrize(("clean", "layout", "case"), CASES)
+def test_the_text_report_names_the_rule_and_the_tensor(tmp_path, clean, layout, case):
+    checkpoint = clean(tmp_path / "checkpoint")
+    tensor = case.make(checkpoint, layout)
     lines = run_cli("check", checkpoint, "--show-all").stdout.splitlines()
     rule = RULES[case.code]
     assert any(line.startswith(f"{case.code} {rule.name} ({rule.severity}): ") for line in lines)
-    named = f": {tensor}: " if tensor else "config.json: "
-    assert any(line.startswith(f"  {case.code} ") and named in line for line in lines)
+    named = f": {tensor}: " if tensor else ".json: "
+    assert any(line.startswith(f"  {case.code} ") and named in line for line in lines), lines

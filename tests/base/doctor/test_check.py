@@ -43,28 +43,34 @@ def clean(tmp_path):
     return clean_checkpoint(tmp_path / "clean")
 
 
-def test_a_clean_checkpoint_exits_0_with_a_short_summary(clean):
+CHECKED = "Checked 24 NVFP4 modules (config group group_0, nvfp4-pack-quantized W4A4: 24) and 48 global scales."
+
+
+def test_a_clean_checkpoint_exits_0_saying_what_was_checked(clean):
     result = run_cli("check", clean)
     assert result.returncode == 0
     assert result.stdout.splitlines() == [
         f"{clean}: 3 shard(s), nvfp4-pack-quantized, format_version 2, 48 global scales (0 (1,), 48 0-D)",
-        f"All checks passed: no finding from {len(RULES)} rules.",
+        CHECKED,
+        f"All checks passed: no finding from {len(RULES)} rules on 24 NVFP4 modules and 48 global scales.",
     ]
 
 
 def test_legacy_scales_are_grouped_under_one_code_with_the_first_few_shown(checkpoint):
     result = run_cli("check", checkpoint)
-    assert result.returncode == 1
+    assert result.returncode == 0
     lines = result.stdout.splitlines()
-    assert lines[1] == (
-        f"NV101 legacy-scale-shape (error): 48 x a global scale of shape (1,); fix: scalar-scales migrate {checkpoint}"
+    assert lines[1] == CHECKED
+    assert lines[2] == (
+        f"NV101 legacy-scale-shape (warning): 48 x a global scale of shape (1,); fix: scalar-scales migrate "
+        f"{checkpoint}"
     )
-    assert [line.split()[0] for line in lines[2:7]] == ["NV101"] * 5
-    assert lines[2].startswith("  NV101 model-00001-of-00003.safetensors: model.layers.0.mlp.experts.0.")
-    assert "vLLM < 0.24 refuses to load it" in lines[2]
-    assert lines[7] == "  ... and 43 more NV101 (--show-all or --json lists them)"
-    assert lines[8] == "Found 48: 48 errors, 0 warnings (NV101 48)."
-    assert len(lines) == 9
+    assert [line.split()[0] for line in lines[3:8]] == ["NV101"] * 5
+    assert lines[3].startswith("  NV101 model-00001-of-00003.safetensors: model.layers.0.mlp.experts.0.")
+    assert "vLLM 0.23, 0.32 and 0.33 load it (observed)" in lines[3]
+    assert lines[8] == "  ... and 43 more NV101 (--show-all or --json lists them)"
+    assert lines[9] == "Found 48: 0 errors, 48 warnings, 0 info (NV101 48)."
+    assert len(lines) == 10
 
 
 def test_show_all_prints_every_finding(checkpoint):
@@ -73,7 +79,7 @@ def test_show_all_prints_every_finding(checkpoint):
 
 
 def test_quiet_prints_only_the_summary(checkpoint):
-    assert run_cli("check", checkpoint, "--quiet").stdout == "Found 48: 48 errors, 0 warnings (NV101 48).\n"
+    assert run_cli("check", checkpoint, "--quiet").stdout == "Found 48: 0 errors, 48 warnings, 0 info (NV101 48).\n"
 
 
 def test_list_shows_every_scale_with_its_layout_and_value(checkpoint):
@@ -85,16 +91,28 @@ def test_list_shows_every_scale_with_its_layout_and_value(checkpoint):
     assert 100.0 <= value <= 50000.0
 
 
-def test_a_marker_that_disagrees_with_the_shards_is_nv102_naming_config_json(checkpoint):
+def test_a_marker_that_disagrees_with_the_shards_is_an_nv102_warning_naming_config_json(checkpoint):
     config = json.loads((checkpoint / "config.json").read_text())
     config["quantization_config"]["format_version"] = 2
     (checkpoint / "config.json").write_text(json.dumps(config))
     result = run_cli("check", checkpoint, "--json", "--select", "NV102")
-    assert result.returncode == 1
+    assert result.returncode == 0
     [finding] = findings(result)
-    assert finding["file"] == str(checkpoint / "config.json")
-    assert finding["tensor"] is None
-    assert finding["message"].startswith("config.json declares format_version 2 but 48 scales are (1,)")
+    assert (finding["file"], finding["tensor"], finding["severity"]) == (
+        str(checkpoint / "config.json"),
+        None,
+        "warning",
+    )
+    assert finding["message"].startswith("config.json declares format_version 2 but 48 global scales are (1,)")
+
+
+def test_0_d_scales_without_the_marker_are_information_that_strict_lets_pass(clean):
+    config = json.loads((clean / "config.json").read_text())
+    del config["quantization_config"]["format_version"]
+    (clean / "config.json").write_text(json.dumps(config))
+    result = run_cli("check", clean, "--json")
+    assert [(f["code"], f["severity"], f["effect"]) for f in findings(result)] == [("NV103", "info", "none")]
+    assert (result.returncode, run_cli("check", clean, "--strict").returncode) == (0, 0)
 
 
 @pytest.mark.parametrize(
@@ -123,11 +141,24 @@ def test_a_weight_scale_below_1_is_reported_as_the_reciprocal_convention(clean):
 
 
 def test_warnings_exit_0_and_strict_makes_them_exit_1(clean):
-    name = set_scale_value(clean, "up_proj.weight_global_scale", 0, 123.0)
+    index_path = clean / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    name = f"{EXPERT}.up_proj.weight_packed"
+    del index["weight_map"][name]
+    index_path.write_text(json.dumps(index))
     result = run_cli("check", clean, "--json")
     assert result.returncode == 0
-    assert [(f["code"], f["severity"], f["tensor"]) for f in findings(result)] == [("NV303", "warning", name)]
+    assert [(f["code"], f["severity"], f["tensor"]) for f in findings(result)] == [("NV502", "warning", name)]
     assert run_cli("check", clean, "--strict").returncode == 1
+
+
+def test_fused_partners_with_different_scales_are_an_nv303_error(clean):
+    name = set_scale_value(clean, "up_proj.weight_global_scale", 0, 123.0)
+    result = run_cli("check", clean, "--json")
+    assert result.returncode == 1
+    assert [(f["code"], f["severity"], f["effect"], f["tensor"]) for f in findings(result)] == [
+        ("NV303", "error", "wrong-output", name)
+    ]
 
 
 def test_gate_and_up_of_a_dense_mlp_are_partners_too(clean, tmp_path):
@@ -148,11 +179,11 @@ def test_gate_and_up_of_a_dense_mlp_are_partners_too(clean, tmp_path):
     assert "keeps the largest" in finding["message"]
 
 
-def test_a_module_without_weight_scale_is_reported_missing_under_nv401(clean):
+def test_a_module_without_weight_scale_is_reported_missing_under_nv203(clean):
     tensor = f"{EXPERT}.down_proj.weight_scale"
     rewrite_shard(shard_of(clean, tensor), lambda tensors: tensors.pop(tensor))
-    result = run_cli("check", clean, "--json", "--select", "NV4")
-    assert [(f["code"], f["tensor"]) for f in findings(result)] == [("NV401", tensor)]
+    result = run_cli("check", clean, "--json", "--select", "NV2,NV4")
+    assert [(f["code"], f["tensor"]) for f in findings(result)] == [("NV203", tensor)]
     assert findings(result)[0]["message"].startswith("missing: ")
 
 
@@ -166,7 +197,9 @@ def test_select_and_ignore_take_codes_and_prefixes(checkpoint):
 
 
 def test_ignoring_every_error_exits_0(checkpoint):
-    assert run_cli("check", checkpoint, "--ignore", "NV101").returncode == 0
+    set_scale_value(checkpoint, "input_global_scale", 0, 0.0)
+    assert run_cli("check", checkpoint).returncode == 1
+    assert run_cli("check", checkpoint, "--ignore", "NV301").returncode == 0
 
 
 def test_an_unknown_rule_code_is_a_usage_error(checkpoint):
@@ -180,17 +213,24 @@ def test_json_has_findings_and_a_summary(checkpoint):
     set_scale_value(checkpoint, "input_global_scale", 0, math.nan)
     document = json.loads(run_cli("check", checkpoint, "--json").stdout)
     assert set(document) == {"findings", "summary"}
-    assert {tuple(f) for f in document["findings"]} == {("code", "severity", "tensor", "file", "message")}
+    assert {tuple(f) for f in document["findings"]} == {("code", "severity", "effect", "tensor", "file", "message")}
     assert document["summary"] == {
         "checkpoint": str(checkpoint),
         "shards": 3,
+        "producer": "compressed-tensors",
+        "format": "nvfp4-pack-quantized",
         "quantization_format": "nvfp4-pack-quantized",
         "format_version": 1,
+        "checked": True,
+        "nvfp4_modules": 24,
+        "rules_applied": sorted(RULES),
+        "modules": [{"group": "group_0", "kind": "nvfp4", "count": 24}],
         "scales": 48,
         "legacy": 48,
         "scalar": 0,
-        "errors": 49,
-        "warnings": 0,
+        "errors": 1,
+        "warnings": 48,
+        "infos": 0,
         "counts": {"NV101": 48, "NV301": 1},
         "exit_code": 1,
         "bytes_fetched": None,
@@ -216,7 +256,15 @@ def test_every_rule_has_a_section_in_the_docs():
 
 
 def test_an_fp8_module_beside_the_nvfp4_ones_is_not_judged_by_nvfp4_rules(clean):
-    """Mixed precision: an FP8 projection has weight and an F32 weight_scale, and no weight_packed."""
+    """Mixed precision: an FP8 projection, which its FP8 config group targets, has weight and an F32
+    weight_scale, and no weight_packed."""
+    config_path = clean / "config.json"
+    config = json.loads(config_path.read_text())
+    groups = config["quantization_config"]["config_groups"]
+    groups["group_0"]["targets"] = [r"re:.*\.experts\..*"]
+    groups["group_1"] = {"targets": [r"re:.*self_attn\.o_proj$"], "format": "float-quantized", "weights": {}}
+    config["quantization_config"]["format"] = "mixed-precision"
+    config_path.write_text(json.dumps(config))
     shard = shards(clean)[0]
     added = {
         "model.layers.0.self_attn.o_proj.weight": {"dtype": "F8_E4M3", "shape": [4, 16], "data": bytes(64)},
@@ -229,3 +277,43 @@ def test_an_fp8_module_beside_the_nvfp4_ones_is_not_judged_by_nvfp4_rules(clean)
     index_path.write_text(json.dumps(index))
     result = run_cli("check", clean, "--json")
     assert (result.returncode, findings(result)) == (0, []), result.stdout
+
+
+@pytest.fixture
+def bf16(tmp_path):
+    """An unquantized checkpoint: one BF16 linear layer, a config without quantization_config."""
+    folder = tmp_path / "bf16"
+    folder.mkdir()
+    header = json.dumps(
+        {"model.layers.0.mlp.down_proj.weight": {"dtype": "BF16", "shape": [4, 8], "data_offsets": [0, 64]}}
+    )
+    encoded = header.encode() + b" " * (-len(header) % 8)
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(encoded)) + encoded + bytes(64))
+    (folder / "config.json").write_text(json.dumps({"model_type": "qwen3_moe"}))
+    return folder
+
+
+def test_a_checkpoint_without_nvfp4_says_nothing_was_checked_and_exits_0(bf16):
+    result = run_cli("check", bf16)
+    assert result.returncode == 0
+    assert result.stdout.splitlines()[-1] == (
+        "Nothing checked: no NVFP4 module and no per-tensor scale in scope (no quantization_config); the rules "
+        "apply to NVFP4 checkpoints."
+    )
+    assert "All checks passed" not in result.stdout
+
+
+def test_strict_makes_a_checkpoint_with_nothing_checked_exit_1(bf16):
+    assert run_cli("check", bf16, "--strict").returncode == 1
+
+
+def test_a_model_class_in_the_targets_leaves_the_class_rules_unapplied_and_says_so(clean):
+    config = json.loads((clean / "config.json").read_text())
+    config["quantization_config"]["config_groups"]["group_0"]["targets"] = ["Linear", "Qwen3MoeTopKRouter"]
+    (clean / "config.json").write_text(json.dumps(config))
+    lines = run_cli("check", clean).stdout.splitlines()
+    assert lines[1] == CHECKED[:-1] + (
+        "; NV601, NV602, NV603, NV604 not applied: the config names classes a checkpoint does not show "
+        "(Qwen3MoeTopKRouter)."
+    )
+    assert lines[2].startswith(f"All checks passed: no finding from {len(RULES) - 4} rules")

@@ -1,0 +1,258 @@
+"""What a checkpoint's config declares about its quantization, for either producer of NVFP4 checkpoints.
+
+- **compressed-tensors** (llm-compressor): ``config.json``'s
+  ``quantization_config`` (``quant_method: compressed-tensors``), with config
+  groups, each with ``targets``, ``weights``, ``input_activations`` and a
+  ``format``; an ``ignore`` list; a ``kv_cache_scheme``; and this project's
+  marker, ``format_version``. The top-level ``format`` is
+  ``nvfp4-pack-quantized`` or ``mixed-precision``.
+- **ModelOpt** (NVIDIA's): ``config.json``'s ``quantization_config`` with
+  ``quant_method: modelopt``, or ``hf_quant_config.json``'s ``quantization``:
+  one ``quant_algo`` (``NVFP4``), ``ignore`` (``exclude_modules`` in
+  hf_quant_config.json) and a KV-cache algorithm; or ``quant_algo:
+  MIXED_PRECISION`` with ``quantized_layers``, each module's own algorithm.
+
+Which file counts is vLLM's choice (``get_quant_config``): config.json's
+``quantization_config`` when there is one, hf_quant_config.json otherwise, or
+when a MIXED_PRECISION config.json leaves its ``quantized_layers`` there.
+What vLLM refuses (no ``quant_algo``, an ``exclude_modules`` that is not a
+list), and what no reading can make sense of, is a :class:`CheckpointError`;
+a field of the wrong kind that vLLM would pass over is read as empty, so
+that the other checks still run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from scalar_scales.errors import CheckpointError, printable
+from scalar_scales.nvfp4 import (
+    COMPRESSED_TENSORS,
+    FORMAT_VERSION_KEY,
+    GROUP_SIZE,
+    LEGACY_FORMAT_VERSION,
+    MODELOPT,
+    NVFP4_FORMAT,
+    SCALAR_FORMAT_VERSION,
+    Producer,
+)
+
+__all__ = ["MODELOPT_CONFIG_NAME", "Declaration", "Group", "declaration"]
+
+MODELOPT_CONFIG_NAME = "hf_quant_config.json"
+_COMPRESSED_TENSORS_METHODS = (None, "compressed-tensors", "compressed_tensors")
+
+
+@dataclass(frozen=True)
+class Group:
+    """One way of quantizing, and the modules it is for.
+
+    ``targets`` are compressed-tensors' (``re:`` patterns, names and class
+    names). A ModelOpt group is for every linear module (``everything``),
+    or for the modules MIXED_PRECISION's ``quantized_layers`` gives it
+    (:attr:`Declaration.quantized_layers`).
+    """
+
+    name: str
+    format: str | None
+    """compressed-tensors' ``format`` of the group, or ModelOpt's ``quant_algo``."""
+    nvfp4: bool
+    input_activations: bool
+    """The group quantizes activations (W4A4), so its modules need input scales."""
+    targets: tuple[str, ...] = ()
+    everything: bool = False
+    group_size: int = GROUP_SIZE
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """A checkpoint's quantization declaration: its producer, its own name for its format, and its groups."""
+
+    producer: Producer | None
+    """None: no quantization this tool reads (no ``quantization_config``, or another ``quant_method``)."""
+    format_name: str | None
+    """What the config calls its format: ``nvfp4-pack-quantized``, ``mixed-precision``, ``NVFP4``,
+    ``MIXED_PRECISION``, or another ``quant_method``."""
+    groups: tuple[Group, ...] = ()
+    ignore: tuple[str, ...] = ()
+    """compressed-tensors' ``ignore``, or ModelOpt's ``exclude_modules`` (wildcards)."""
+    kv_cache: bool = False
+    """The config declares quantized KV-cache scales (``k_scale``, ``v_scale``)."""
+    source: str | None = None
+    """The file the declaration is in."""
+    format_version: int | None = None
+    """compressed-tensors' marker: 2 for 0-D global scales, 1 (legacy (1,)) when the key is absent; None for any
+    other producer."""
+    quantized_layers: tuple[tuple[str, int], ...] = ()
+    """ModelOpt MIXED_PRECISION: each module ``quantized_layers`` names, with the index of its group, in the
+    file's order (vLLM takes the first that fits a fused module)."""
+
+    @property
+    def nvfp4_groups(self) -> tuple[Group, ...]:
+        return tuple(group for group in self.groups if group.nvfp4)
+
+    @property
+    def quantization_format(self) -> str | None:
+        """``nvfp4-pack-quantized`` for a compressed-tensors checkpoint with an NVFP4 group (a mixed-precision one
+        too), else the config's own name for its format."""
+        if self.producer == COMPRESSED_TENSORS and (self.nvfp4_groups or self.format_name == NVFP4_FORMAT):
+            return NVFP4_FORMAT
+        return self.format_name
+
+    @property
+    def is_nvfp4(self) -> bool:
+        return bool(self.nvfp4_groups) or self.quantization_format == NVFP4_FORMAT
+
+
+def declaration(
+    config: Mapping[str, Any] | None,
+    config_path: str | os.PathLike[str] | None,
+    modelopt_config: Mapping[str, Any] | None = None,
+    modelopt_path: str | os.PathLike[str] | None = None,
+) -> Declaration:
+    """The declaration of a checkpoint's parsed ``config.json`` and ``hf_quant_config.json`` (either may be None;
+    the paths name them in errors and in :attr:`Declaration.source`)."""
+    quantization_config = None if config is None else config.get("quantization_config")
+    if quantization_config is not None and not isinstance(quantization_config, dict):
+        raise CheckpointError(
+            config_path or "config.json",
+            f"quantization_config must be an object, not {_json_kind(quantization_config)}",
+        )
+    file_quantization = None if modelopt_config is None else modelopt_config.get("quantization")
+    if file_quantization is not None and not isinstance(file_quantization, dict):
+        raise CheckpointError(
+            modelopt_path or MODELOPT_CONFIG_NAME,
+            f"quantization must be an object, not {_json_kind(file_quantization)}",
+        )
+    if quantization_config is not None:
+        method = quantization_config.get("quant_method")
+        if method == MODELOPT:
+            mixed_elsewhere = (
+                str(quantization_config.get("quant_algo") or "").upper() == "MIXED_PRECISION"
+                and "quantized_layers" not in quantization_config
+                and file_quantization is not None
+            )
+            if not mixed_elsewhere:
+                return _modelopt(quantization_config, quantization_config, str(config_path), exclude_key="ignore")
+        elif method in _COMPRESSED_TENSORS_METHODS:
+            return _compressed_tensors(quantization_config, str(config_path))
+        else:
+            return Declaration(None, printable(str(method)), source=str(config_path))
+    if file_quantization is not None:
+        assert modelopt_config is not None
+        return _modelopt(file_quantization, modelopt_config, str(modelopt_path), exclude_key="exclude_modules")
+    return Declaration(None, None, source=None if config_path is None else str(config_path))
+
+
+def _mapping(container: Mapping[str, Any] | None, key: str) -> Mapping[str, Any]:
+    value = (container or {}).get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
+def _strings(value: object) -> tuple[str, ...]:
+    return tuple(item for item in value if isinstance(item, str)) if isinstance(value, list) else ()
+
+
+def _group_size(value: object) -> int:
+    return value if type(value) is int and value > 0 else GROUP_SIZE
+
+
+def _compressed_tensors(quantization_config: Mapping[str, Any], path: str) -> Declaration:
+    groups_field = quantization_config.get("config_groups") or {}
+    if not isinstance(groups_field, dict) or not all(isinstance(group, dict) for group in groups_field.values()):
+        raise CheckpointError(path, "quantization_config.config_groups must be an object of objects")
+    top_format = quantization_config.get("format")
+    formats = [top_format, *(group.get("format") for group in groups_field.values())]
+    if not all(fmt is None or isinstance(fmt, str) for fmt in formats):
+        raise CheckpointError(path, "a quantization_config format must be a string")
+    version = quantization_config.get(FORMAT_VERSION_KEY, LEGACY_FORMAT_VERSION)
+    if type(version) is not int or version not in (LEGACY_FORMAT_VERSION, SCALAR_FORMAT_VERSION):
+        raise CheckpointError(
+            path, f"quantization_config.{FORMAT_VERSION_KEY} must be 1 or 2, not {json.dumps(version)}"
+        )
+    groups = []
+    for name, group in groups_field.items():
+        group_format = group.get("format") or top_format
+        groups.append(
+            Group(
+                name=printable(str(name)),
+                format=None if group_format is None else printable(group_format),
+                nvfp4=group_format == NVFP4_FORMAT,
+                input_activations=group.get("input_activations") is not None,
+                targets=_strings(group.get("targets")),
+                group_size=_group_size(_mapping(group, "weights").get("group_size")),
+            )
+        )
+    return Declaration(
+        COMPRESSED_TENSORS,
+        None if top_format is None else printable(top_format),
+        tuple(groups),
+        _strings(quantization_config.get("ignore")),
+        quantization_config.get("kv_cache_scheme") is not None,
+        path,
+        version,
+    )
+
+
+def _modelopt(
+    quantization: Mapping[str, Any], original: Mapping[str, Any], path: str, *, exclude_key: str
+) -> Declaration:
+    """A ModelOpt declaration, read as ``ModelOptQuantConfigBase.from_config`` reads it: config.json's
+    ``quantization_config`` (``exclude_key`` ``ignore``) or hf_quant_config.json's ``quantization``
+    (``exclude_modules``); ``original`` is the object vLLM reads ``config_groups`` from."""
+    algo = quantization.get("quant_algo")
+    if not algo or not isinstance(algo, str):
+        raise CheckpointError(path, "the ModelOpt quantization has no quant_algo string; vLLM refuses it")
+    algo = printable(algo.upper())
+    exclude = quantization.get(exclude_key, [])
+    if not isinstance(exclude, list):
+        raise CheckpointError(path, f"{exclude_key} must be a list, not {_json_kind(exclude)}; vLLM refuses it")
+    kv_cache = bool(quantization.get("kv_cache_quant_algo")) or isinstance(quantization.get("kv_cache_scheme"), dict)
+    group_size = _group_size(quantization.get("group_size"))
+    if algo == "MIXED_PRECISION":
+        layers = _mapping(quantization, "quantized_layers")
+        if not layers:
+            raise CheckpointError(path, "MIXED_PRECISION needs a non-empty quantized_layers object; vLLM refuses it")
+        recipes: dict[tuple[str, int], int] = {}
+        assigned: list[tuple[str, int]] = []
+        for module, recipe in layers.items():
+            if isinstance(recipe, Mapping) and isinstance(recipe.get("quant_algo"), str):
+                key = (printable(recipe["quant_algo"].upper()), _group_size(recipe.get("group_size", group_size)))
+                assigned.append((module, recipes.setdefault(key, len(recipes))))
+        groups = tuple(
+            _modelopt_group(f"{layer_algo} (group size {size})", layer_algo, original, size)
+            for layer_algo, size in recipes
+        )
+        return Declaration(MODELOPT, algo, groups, _strings(exclude), kv_cache, path, quantized_layers=tuple(assigned))
+    groups = (_modelopt_group(algo, algo, original, group_size, everything=True),)
+    return Declaration(MODELOPT, algo, groups, _strings(exclude), kv_cache, path)
+
+
+def _modelopt_group(name: str, algo: str, original: Mapping[str, Any], group_size: int, **members: Any) -> Group:
+    """A ModelOpt algorithm as a group: ``NVFP4`` is W4A4, ``W4A16_NVFP4`` weight-only, and so is ``NVFP4`` where
+    every config group says ``input_activations: null`` (vLLM's ``ModelOptNvFp4Config._from_config``, after
+    vLLM #54189)."""
+    config_groups = _mapping(original, "config_groups")
+    weight_only = algo == "W4A16_NVFP4" or (
+        algo == "NVFP4"
+        and bool(config_groups)
+        and all(isinstance(g, Mapping) and g.get("input_activations") is None for g in config_groups.values())
+    )
+    return Group(
+        name=name,
+        format=algo,
+        nvfp4="NVFP4" in algo,
+        input_activations=not weight_only,
+        group_size=group_size,
+        **members,
+    )
+
+
+def _json_kind(value: object) -> str:
+    return {str: "a string", list: "a list", bool: "a boolean", int: "a number", float: "a number"}.get(
+        type(value), type(value).__name__
+    )

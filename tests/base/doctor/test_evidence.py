@@ -1,0 +1,44 @@
+"""Every rule's effect is the one docs/check-evidence.md records (scripts/check_evidence.py generates it from the
+test command's run of vLLM on broken artifacts), and its severity follows from that effect."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from scalar_scales.doctor import EFFECTS, RULES
+
+DOCS = Path(__file__).parents[3] / "docs"
+HARMFUL = ("load-error", "nan-output", "wrong-output")
+
+
+def recorded_effects() -> dict[str, tuple[str, str]]:
+    """The evidence's table of rules: code -> (effect, severity)."""
+    text = (DOCS / "check-evidence.md").read_text()
+    section = text.split("## Each rule's effect", 1)[1].split("\n## ", 1)[0]
+    rows = [line.strip("|").split("|") for line in section.splitlines() if line.startswith("| NV")]
+    return {cells[0].strip(): (cells[2].strip(), cells[3].strip()) for cells in rows}
+
+
+@pytest.mark.parametrize("code", RULES)
+def test_a_rules_effect_and_severity_are_the_ones_the_evidence_records(code):
+    rule = RULES[code]
+    assert recorded_effects()[code] == (rule.effect, rule.severity)
+
+
+def test_the_evidence_records_no_rule_that_does_not_exist():
+    assert set(recorded_effects()) == set(RULES)
+
+
+@pytest.mark.parametrize("code", RULES)
+def test_a_rule_is_an_error_exactly_when_vllm_fails_or_gives_nan_or_other_tokens(code):
+    rule = RULES[code]
+    assert (rule.severity == "error") == (rule.effect in HARMFUL)
+    assert rule.effect != "accuracy" or rule.severity == "warning"
+
+
+def test_every_effect_is_defined_in_the_docs():
+    docs = (DOCS / "check.md").read_text()
+    for effect, definition in EFFECTS.items():
+        assert f"- `{effect}`: {definition}." in docs
