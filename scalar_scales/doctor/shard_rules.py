@@ -220,7 +220,7 @@ def module_findings(
             scale_file,
             f"shape {list(shape)}, but {layout.weight} {list(packed)} with group size {group_size} {needs}: "
             "vLLM loads it without refusing, and what the parameter does not get stays uninitialised (observed: "
-            "the engine starts and its output is NaN)",
+            "the engine starts, and its output is NaN or other tokens, as that memory varies)",
         )
 
 
@@ -230,13 +230,13 @@ def _missing_message(leaf: str, layout: ProducerLayout) -> str:
         why = (
             "the config quantizes the module's activations (W4A4), "
             f"but it has no {leaf}: vLLM quantizes them with the uninitialised parameter (torch.empty; observed: "
-            "NaN output when every expert lacks it, vLLM #45212)"
+            "NaN output or other tokens, as that memory varies; vLLM #45212)"
         )
         return f"missing: {why}"
     what = "per-group scales" if leaf == layout.weight_scale else "weight global scale"
     return (
         f"missing: {has} but no {what}; vLLM leaves the parameter uninitialised (torch.empty) and dequantizes "
-        "with whatever that memory held (vLLM PR 54444; observed: NaN output)"
+        "with whatever that memory held (vLLM PR 54444; observed: NaN output or other tokens, as that memory varies)"
     )
 
 
