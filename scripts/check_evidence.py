@@ -258,7 +258,7 @@ def load_all(work: Path, results: Path) -> None:
                 )
                 record |= {"loads": True, "error": None, "parameters_same": same}
             _append(out, record)
-    print(f"loaded {len(_cases(work))} checkpoints: {out}")
+    print(f"loaded {len(out.read_text().splitlines())} checkpoints: {out}")
 
 
 def observed_effect(record: dict[str, Any]) -> str:

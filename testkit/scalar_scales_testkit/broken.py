@@ -27,7 +27,7 @@ from scalar_scales.nvfp4 import (
     SCALAR_FORMAT_VERSION,
     ProducerLayout,
 )
-from scalar_scales.sources import CONFIG_NAME, INDEX_NAME, MODELOPT_CONFIG_NAME
+from scalar_scales.sources import CONFIG_NAME, INDEX_NAME, MODELOPT_CONFIG_NAME, read_headers
 from scalar_scales_testkit.cli import make_checkpoint, rewrite_header
 
 __all__ = [
@@ -153,9 +153,8 @@ def _edit_index(checkpoint: Path, change: Callable[[dict[str, str]], None]) -> N
         index = json.loads(index_path.read_text())
     else:
         (shard,) = _shards(checkpoint)
-        header = json.loads(shard.read_bytes()[8 : 8 + struct.unpack("<Q", shard.read_bytes()[:8])[0]])
-        names = [name for name in header if name != "__metadata__"]
-        index = {"metadata": {"total_size": shard.stat().st_size}, "weight_map": dict.fromkeys(names, shard.name)}
+        weight_map = dict.fromkeys(_names(shard), shard.name)
+        index = {"metadata": {"total_size": shard.stat().st_size}, "weight_map": weight_map}
     change(index["weight_map"])
     index_path.write_text(json.dumps(index, indent=2))
 
@@ -329,9 +328,7 @@ def break_untargeted_layer(checkpoint: Path, layout: ProducerLayout, module: str
 
 
 def _names(shard: Path) -> list[str]:
-    raw = shard.read_bytes()
-    header = json.loads(raw[8 : 8 + struct.unpack("<Q", raw[:8])[0]])
-    return [name for name in header if name != "__metadata__"]
+    return read_headers(shard)[0].names
 
 
 def break_unquantized_target(checkpoint: Path, layout: ProducerLayout, module: str = EXPERT) -> str:
