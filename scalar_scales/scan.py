@@ -158,11 +158,13 @@ def scan_shards(
     include: Sequence[str] = (),
     read_values: bool = True,
     work: ShardWork | None = None,
+    index: bool = True,
 ) -> CheckpointScan:
     """Read and validate every shard header, and find the per-tensor scales in scope; run ``work`` on each.
 
     ``read_values``: also read each scale's value (a migration needs only
-    shapes).
+    shapes). ``index``: hold the index to the shards (a check that does
+    not apply the index rules leaves ``index_errors`` empty).
     """
     checkpoint, config, source = opened.location, opened.config, opened.source
     declared = opened.declared
@@ -175,10 +177,12 @@ def scan_shards(
         include=tuple(include),
         read_values=read_values,
         work=work,
-        name_hash=workers.name_hash,
+        name_hash=workers.name_hash if index else None,
     )
     shards = workers.map(job, files)
-    index_errors = [] if checkpoint.weight_map is None else _index_errors(checkpoint, shards, source, workers.name_hash)
+    if not index or checkpoint.weight_map is None:
+        return CheckpointScan(checkpoint, config, declared, shards)
+    index_errors = _index_errors(checkpoint, shards, source, workers.name_hash)
     return CheckpointScan(checkpoint, config, declared, shards, index_errors)
 
 
@@ -260,11 +264,12 @@ def _scan_shard(
     include: tuple[str, ...],
     read_values: bool,
     work: ShardWork | None,
-    name_hash: Callable[[str], int],
+    name_hash: Callable[[str], int] | None,
 ) -> ShardScan:
+    """One shard's job; ``name_hash`` None: the index is not checked, so no digest is taken."""
     header = source.read_header(file)
     names = header.names
-    index_digest = _digest(names, [shard_name(header.path)] * len(names), name_hash)
+    index_digest = (0, 0) if name_hash is None else _digest(names, [shard_name(header.path)] * len(names), name_hash)
     if layout == _UNDECIDED:
         layout = _held_layout(names)
     assert not isinstance(layout, str)

@@ -4,12 +4,12 @@ and the index against the shards (NV501, NV502)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import TypeVar
 
 from scalar_scales.doctor.config_rules import kv_cache_findings
 from scalar_scales.doctor.expectations import Expectations
-from scalar_scales.doctor.rules import Finding
+from scalar_scales.doctor.rules import Finding, Findings
 from scalar_scales.doctor.shard_rules import ShardDiagnosis, module_findings, partner_findings
 from scalar_scales.nvfp4 import COMPRESSED_TENSORS, FORMAT_VERSION_KEY, SCALAR_FORMAT_VERSION
 from scalar_scales.scan import CheckpointScan, UnlistedTensor
@@ -17,28 +17,30 @@ from scalar_scales.scan import CheckpointScan, UnlistedTensor
 __all__ = ["checkpoint_findings", "marker_finding"]
 
 
-def checkpoint_findings(scan: CheckpointScan, expectations: Expectations) -> list[Finding]:
-    """Every finding of every rule: the shards' own, then those of modules and groups that straddle shards,
-    the marker's, the KV-cache scales' and the index's."""
+def checkpoint_findings(scan: CheckpointScan, expectations: Expectations, codes: Collection[str]) -> Findings:
+    """Every finding of the rules ``codes``: the shards' own, then those of modules and groups that straddle
+    shards, the marker's, the KV-cache scales' and the index's."""
     diagnoses: list[ShardDiagnosis] = [shard.work for shard in scan.shards]
-    findings = [finding for diagnosis in diagnoses for finding in diagnosis.findings]
+    findings = Findings()
+    for diagnosis in diagnoses:
+        findings.extend(diagnosis.findings)
     layout = scan.layout
     if layout is not None:
         for base, facts in _merged(diagnosis.open_modules for diagnosis in diagnoses).items():
             findings.extend(module_findings(base, facts, layout, expectations))
         for group, members in _merged(diagnosis.open_partners for diagnosis in diagnoses).items():
             findings.extend(partner_findings(group, members, layout))
-        findings.extend(kv_cache_findings(sum(d.inventory.kv_scales for d in diagnoses), expectations))
+        findings.extend(kv_cache_findings(sum(d.kv_scales for d in diagnoses), expectations))
         if scan.declared is not None and not scan.declared.is_nvfp4:
-            modules = sum(sum(n for (_, kind), n in d.inventory.groups.items() if kind == "nvfp4") for d in diagnoses)
-            findings.append(Finding("NV607", None, scan.declared.source or "config.json", _undeclared(modules, scan)))
+            modules = sum(sum(n for (_, kind), n in d.modules.items() if kind == "nvfp4") for d in diagnoses)
+            findings.add("NV607", None, scan.declared.source or "config.json", _undeclared(modules, scan))
     if marker := marker_finding(scan):
-        findings.append(marker)
+        findings.add(*marker)
     findings.extend(
         Finding("NV502" if isinstance(error, UnlistedTensor) else "NV501", error.tensor, error.path, error.problem)
         for error in scan.index_errors
     )
-    return findings
+    return findings.selected(codes)
 
 
 def marker_finding(scan: CheckpointScan) -> Finding | None:

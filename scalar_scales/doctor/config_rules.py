@@ -14,16 +14,17 @@ are counted in every shard and judged once all are in.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
-from itertools import compress, repeat
+from collections.abc import Collection
+from dataclasses import dataclass
+from itertools import repeat
 
 from scalar_scales.doctor.expectations import Expectations
-from scalar_scales.doctor.matching import Kind, module_kind, packed_weights
-from scalar_scales.doctor.rules import Finding
+from scalar_scales.doctor.matching import Kind, Verdict, ending_with, module_kind
+from scalar_scales.doctor.rules import Finding, Findings
 from scalar_scales.files.header import SafetensorsHeader
 from scalar_scales.nvfp4 import COMPRESSED_TENSORS, MODELOPT, ProducerLayout
 
-__all__ = ["CLASS_RULES", "Inventory", "config_findings", "inventory", "kv_cache_findings"]
+__all__ = ["CLASS_RULES", "Inventory", "ModuleCounts", "config_findings", "inventory", "kv_cache_findings"]
 
 CLASS_RULES = frozenset({"NV601", "NV602", "NV603", "NV604"})
 """The rules that judge modules against targets and ignore entries: not applied where the config names a class
@@ -32,72 +33,110 @@ a checkpoint cannot show."""
 KV_SCALES = (".k_scale", ".v_scale")
 _LINEAR_KINDS = ("quantized", "linear")
 
+ModuleCounts = Counter[tuple[str | None, Kind]]
+"""Modules by (the name of the NVFP4 group that quantizes them, or None; their kind)."""
 
-@dataclass
+
+@dataclass(frozen=True)
 class Inventory:
-    """A shard's modules, as the config rules and the summary need them."""
+    """A shard's modules, as the config rules need them."""
 
-    kinds: dict[str, Kind] = field(default_factory=dict)
-    """Each module with a weight the rules judge (NVFP4, otherwise quantized, linear), by name."""
-    input_scales: list[str] = field(default_factory=list)
+    modules: dict[Kind, list[str]]
+    """The modules with a weight the rules judge (NVFP4, otherwise quantized, linear), by kind."""
+    input_scales: list[str]
     """Each input scale of this layout the shard holds."""
-    kv_scales: int = 0
-    groups: Counter[tuple[str | None, Kind]] = field(default_factory=Counter)
-    """Modules by (the name of the NVFP4 group that quantizes them, or None; their kind)."""
+    kv_scales: int
 
 
-def _ending_with(names: list[str], suffix: str) -> list[int]:
-    return list(compress(range(len(names)), map(str.endswith, names, repeat(suffix))))
-
-
-def inventory(header: SafetensorsHeader, layout: ProducerLayout) -> Inventory:
-    """Take stock of a shard's modules (worked on columns: a large MoE has tens of thousands)."""
+def inventory(header: SafetensorsHeader, layout: ProducerLayout, nvfp4_modules: list[str]) -> Inventory:
+    """Take stock of a shard's modules, ``nvfp4_modules`` (those with a packed weight) and the others (worked on
+    columns: a large MoE has tens of thousands)."""
     names, dtypes, shapes = header.names, header.dtypes, header.shapes
-    found = Inventory()
-    packed_suffix = f".{layout.weight}"
-    position = dict(zip(names, range(len(names)), strict=True))
-    for i in packed_weights(names, dtypes, position, layout):
-        found.kinds[names[i][: -len(packed_suffix)]] = "nvfp4"
-    for i in _ending_with(names, ".weight"):
+    modules: dict[Kind, list[str]] = {"nvfp4": nvfp4_modules, "quantized": [], "linear": []}
+    packed = set(nvfp4_modules)
+    held = set(names)
+    for i in ending_with(names, ".weight"):
         base = names[i][: -len(".weight")]
-        if base not in found.kinds:
-            extra = f"{base}.e_score_correction_bias" in position
+        if base not in packed:
+            extra = f"{base}.e_score_correction_bias" in held
             kind = module_kind(base, (dtypes[i], shapes[i]), packed=False, extra=extra)
             if kind in _LINEAR_KINDS:
-                found.kinds[base] = kind
-    found.input_scales = [names[i] for i in _ending_with(names, f".{layout.input_global}")]
-    found.kv_scales = sum(map(str.endswith, names, repeat(KV_SCALES)))
-    return found
+                modules[kind].append(base)
+    input_scales = [names[i] for i in ending_with(names, f".{layout.input_global}")]
+    kv_scales = sum(map(str.endswith, names, repeat(KV_SCALES)))
+    return Inventory(modules, input_scales, kv_scales)
 
 
-def config_findings(file: str, found: Inventory, layout: ProducerLayout, expectations: Expectations) -> list[Finding]:
-    """NV601 to NV604 for the modules and input scales of one shard; counts its modules by group."""
-    findings: list[Finding] = []
+def config_findings(
+    file: str,
+    found: Inventory,
+    layout: ProducerLayout,
+    expectations: Expectations,
+    codes: Collection[str],
+    findings: Findings,
+) -> ModuleCounts:
+    """NV601 to NV604 (those of ``codes``) for the modules and input scales of one shard, into ``findings``; the
+    shard's modules counted by group."""
+    counted: ModuleCounts = Counter()
     judged = expectations.declares and not expectations.unjudged_classes
-    verdicts = {}
-    for module, kind in found.kinds.items():
-        groups, ignored = verdicts[module] = expectations.classify(module, kind)
-        found.groups[(groups[0].name if groups and not ignored else None, kind)] += 1
-        if not judged:
+    nvfp4_verdicts: list[Verdict] = []
+    for kind, modules in found.modules.items():
+        verdicts = expectations.classify_each(modules, kind)
+        nvfp4_verdicts = verdicts if kind == "nvfp4" else nvfp4_verdicts
+        distinct = dict(zip(map(id, verdicts), verdicts, strict=True))
+        for key, n in Counter(map(id, verdicts)).items():
+            groups, ignored = distinct[key]
+            counted[(groups[0].name if groups and not ignored else None, kind)] += n
+        rules = _MODULE_RULES[kind] & set(codes) if judged else set()
+        if not any(_judgement(kind, verdict) in rules for verdict in distinct.values()):
             continue
-        if kind == "nvfp4":
-            tensor = f"{module}.{layout.weight}"
-            if ignored:
-                findings.append(Finding("NV601", tensor, file, _excluded_message(module, expectations)))
-            elif not groups:
-                findings.append(Finding("NV602", tensor, file, _untargeted_message(expectations)))
-        elif groups and not ignored and not module.endswith("lm_head"):
-            how = "unquantized" if kind == "linear" else "quantized another way (its weight is not FP4)"
-            findings.append(Finding("NV603", f"{module}.weight", file, _unquantized_message(groups[0].name, how)))
+        for module, verdict in zip(modules, verdicts, strict=True):
+            code = _judgement(kind, verdict)
+            if code in rules and not (code == "NV603" and module.endswith("lm_head")):
+                findings.add(code, *_module_finding(code, module, kind, verdict, file, layout, expectations))
     weight_only = any(not group.input_activations for group in expectations.nvfp4_groups)
-    if not judged or not weight_only or layout.producer != COMPRESSED_TENSORS:  # ModelOpt W4A16 drops input_scale
-        return findings
+    if not judged or not weight_only or layout.producer != COMPRESSED_TENSORS or "NV604" not in codes:
+        return counted  # ModelOpt's W4A16 drops input_scale
+    verdict_of = dict(zip(found.modules["nvfp4"], nvfp4_verdicts, strict=True))
     for scale in found.input_scales:
         module = scale[: -len(layout.input_global) - 1]
-        groups, ignored = verdicts.get(module) or expectations.classify(module, "nvfp4")
+        groups, ignored = verdict_of.get(module) or expectations.classify(module, "nvfp4")
         if groups and not ignored and not any(group.input_activations for group in groups):
-            findings.append(Finding("NV604", scale, file, _weight_only_message(groups[0].name, layout.input_global)))
-    return findings
+            findings.add("NV604", scale, file, _weight_only_message(groups[0].name, layout.input_global))
+    return counted
+
+
+_MODULE_RULES: dict[Kind, frozenset[str]] = {
+    "nvfp4": frozenset({"NV601", "NV602"}),
+    "quantized": frozenset({"NV603"}),
+    "linear": frozenset({"NV603"}),
+}
+
+
+def _judgement(kind: Kind, verdict: Verdict) -> str | None:
+    """The rule a module of ``kind`` with ``verdict`` breaks, if any."""
+    groups, ignored = verdict
+    if kind == "nvfp4":
+        return "NV601" if ignored else None if groups else "NV602"
+    return "NV603" if groups and not ignored else None
+
+
+def _module_finding(
+    code: str,
+    module: str,
+    kind: Kind,
+    verdict: Verdict,
+    file: str,
+    layout: ProducerLayout,
+    expectations: Expectations,
+) -> tuple[str, str, str]:
+    """The tensor, file and message of a module's NV601, NV602 or NV603."""
+    if code == "NV601":
+        return f"{module}.{layout.weight}", file, _excluded_message(module, expectations)
+    if code == "NV602":
+        return f"{module}.{layout.weight}", file, _untargeted_message(expectations)
+    how = "unquantized" if kind == "linear" else "quantized another way (its weight is not FP4)"
+    return f"{module}.weight", file, _unquantized_message(verdict[0][0].name, how)
 
 
 def kv_cache_findings(kv_scales: int, expectations: Expectations) -> list[Finding]:

@@ -4,13 +4,13 @@ rules that need the whole checkpoint."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from scalar_scales.doctor.checkpoint_rules import checkpoint_findings
 from scalar_scales.doctor.expectations import Expectations, expectations_of
 from scalar_scales.doctor.matching import Kind
-from scalar_scales.doctor.rules import Finding
+from scalar_scales.doctor.rules import RULES, Findings
 from scalar_scales.doctor.shard_rules import ShardChecks
 from scalar_scales.scan import CheckpointScan, scan_shards
 from scalar_scales.sources.checkpoint import OpenedCheckpoint
@@ -20,11 +20,11 @@ __all__ = ["Diagnosis", "diagnose"]
 
 @dataclass(frozen=True)
 class Diagnosis:
-    """What the scan read, what the config declares of each module, and every rule's findings."""
+    """What the scan read, what the config declares of each module, and the findings of the rules applied."""
 
     scan: CheckpointScan
     expectations: Expectations
-    findings: list[Finding]
+    findings: Findings
 
     @property
     def modules(self) -> Counter[tuple[str | None, Kind]]:
@@ -32,12 +32,16 @@ class Diagnosis:
         kind)."""
         counted: Counter[tuple[str | None, Kind]] = Counter()
         for shard in self.scan.shards:
-            counted.update(shard.work.inventory.groups)
+            counted.update(shard.work.modules)
         return counted
 
 
-def diagnose(opened: OpenedCheckpoint, *, include: Sequence[str] = ()) -> Diagnosis:
-    """Apply every rule to ``opened`` (``include``: also these per-tensor scales, by glob)."""
+def diagnose(
+    opened: OpenedCheckpoint, *, include: Sequence[str] = (), codes: Collection[str] = frozenset(RULES)
+) -> Diagnosis:
+    """Apply the rules ``codes`` (every rule unless told) to ``opened`` (``include``: also these per-tensor scales,
+    by glob); a rule not applied costs nothing."""
     expectations = expectations_of(opened.declared)
-    scan = scan_shards(opened, include=include, work=ShardChecks(expectations))
-    return Diagnosis(scan, expectations, checkpoint_findings(scan, expectations))
+    index = not {"NV501", "NV502"}.isdisjoint(codes)
+    scan = scan_shards(opened, include=include, work=ShardChecks(expectations, frozenset(codes)), index=index)
+    return Diagnosis(scan, expectations, checkpoint_findings(scan, expectations, codes))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from scalar_scales.doctor.matching import Kind, Matcher
+from scalar_scales.doctor.matching import Kind, Matcher, Verdict
 from scalar_scales.doctor.patterns import PatternError
 from scalar_scales.errors import CheckpointError
 from scalar_scales.nvfp4 import GROUP_SIZE, MODELOPT
@@ -40,19 +40,35 @@ class Expectations:
         applied then)."""
         return () if self.matcher is None else self.matcher.unjudged_classes
 
-    def classify(self, module: str, kind: Kind) -> tuple[tuple[Group, ...], bool]:
+    def classify(self, module: str, kind: Kind) -> Verdict:
         """The NVFP4 groups that quantize ``module`` (a module of ``kind``; none where nothing is declared), and
         whether the declaration leaves it out."""
+        return self.classify_each([module], kind)[0]
+
+    def classify_each(self, modules: list[str], kind: Kind) -> list[Verdict]:
+        """:meth:`classify` of each of ``modules``, all of ``kind``; each distinct verdict is narrowed to its
+        NVFP4 groups once."""
         if self.matcher is None:
-            return (), False
-        groups, ignored = self.matcher.classify(module, kind)
-        return tuple(group for group in groups if group.nvfp4), ignored
+            return [((), False)] * len(modules)
+        verdicts = self.matcher.classify_each(modules, kind)
+        distinct = dict(zip(map(id, verdicts), verdicts, strict=True))
+        narrowed = {
+            key: (tuple(group for group in groups if group.nvfp4), ignored)
+            for key, (groups, ignored) in distinct.items()
+        }
+        return list(map(narrowed.__getitem__, map(id, verdicts)))
+
+    @property
+    def uniform_group_size(self) -> int | None:
+        """The group size of every module, where the NVFP4 groups agree on one (NVFP4's default where there is
+        none); None where they differ."""
+        return next(iter(self._group_sizes), GROUP_SIZE) if len(self._group_sizes) <= 1 else None
 
     def group_size(self, module: str) -> int:
         """The group size of the NVFP4 groups that quantize ``module``; NVFP4's default where they differ or
         none does. Most configs have one, and then no module is matched for it."""
-        if len(self._group_sizes) <= 1:
-            return next(iter(self._group_sizes), GROUP_SIZE)
+        if self.uniform_group_size is not None:
+            return self.uniform_group_size
         groups, _ = self.classify(module, "nvfp4")
         sizes = {group.group_size for group in groups}
         return sizes.pop() if len(sizes) == 1 else GROUP_SIZE

@@ -40,7 +40,17 @@ from scalar_scales.doctor.patterns import PatternSet
 from scalar_scales.nvfp4 import MODELOPT, ProducerLayout
 from scalar_scales.sources.declaration import Declaration, Group
 
-__all__ = ["EMBEDDING_NAMES", "ROUTER_NAMES", "Kind", "Matcher", "fnmatch_pattern", "module_kind", "packed_weights"]
+__all__ = [
+    "EMBEDDING_NAMES",
+    "ROUTER_NAMES",
+    "Kind",
+    "Matcher",
+    "Verdict",
+    "ending_with",
+    "fnmatch_pattern",
+    "module_kind",
+    "packed_weights",
+]
 
 Kind = Literal["nvfp4", "quantized", "linear", "embedding", "other"]
 """What a module's tensors say it is: NVFP4, quantized another way (FP8, say), an unquantized linear layer, an
@@ -58,6 +68,8 @@ _CLASS_TARGETS: dict[str, frozenset[str]] = {
 """The class names a module of each kind answers to in compressed-tensors' ``_match_class``."""
 _JUDGED_CLASSES = frozenset().union(*_CLASS_TARGETS.values()) | {"LinearBase"}
 """Class names a checkpoint's tensors can settle: ``LinearBase`` is vLLM's, which no transformers module has."""
+Verdict = tuple[tuple[Group, ...], bool]
+"""A module's groups, and whether the declaration leaves it out (:meth:`Matcher.classify`)."""
 _CLASS_NAME = re.compile(r"[A-Z][A-Za-z0-9_]*")
 
 
@@ -81,11 +93,16 @@ def packed_weights(names: list[str], dtypes: list[str], position: dict[str, int]
     ModelOpt's ``weight`` where it is U8, or where the module has a ``weight_scale_2`` (a packed weight of the
     wrong dtype, then)."""
     suffix = f".{layout.weight}"
-    found = list(compress(range(len(names)), map(str.endswith, names, repeat(suffix))))
+    found = ending_with(names, suffix)
     if not layout.weight_named_plainly:
         return found
     partner = f".{layout.weight_global}"
     return [i for i in found if dtypes[i] == "U8" or names[i][: -len(suffix)] + partner in position]
+
+
+def ending_with(names: list[str], suffix: str) -> list[int]:
+    """The indices of the names that end with ``suffix``, found at C speed."""
+    return list(compress(range(len(names)), map(str.endswith, names, repeat(suffix))))
 
 
 def fnmatch_pattern(wildcard: str) -> str:
@@ -136,12 +153,19 @@ class Matcher:
         :class:`~scalar_scales.doctor.patterns.PatternError` here."""
         self._patterns  # noqa: B018
 
-    def classify(self, module: str, kind: Kind) -> tuple[tuple[Group, ...], bool]:
+    def classify_each(self, modules: list[str], kind: Kind) -> list[Verdict]:
+        """:meth:`classify` of each of ``modules``, all of ``kind``: where no pattern can match, a name that no
+        entry names takes its kind's verdict without a walk (a large MoE has tens of thousands of modules)."""
+        patterns, _ = self._patterns
+        if self.declared.producer == MODELOPT or patterns.patterns:
+            return [self.classify(module, kind) for module in modules]
+        verdict, names = self._by_kind[kind], self._names
+        return [verdict if module not in names else self.classify(module, kind) for module in modules]
+
+    def classify(self, module: str, kind: Kind) -> Verdict:
         """The groups that quantize ``module`` (a module of ``kind``) before exclusions, and whether the
         declaration's ``ignore`` (``exclude_modules``) leaves it out: one walk of its name."""
         patterns, owners = self._patterns
-        if self.declared.producer != MODELOPT and not patterns.patterns and module not in self._names:
-            return self._by_kind[kind]
         found = patterns.matching(module) if patterns.patterns else frozenset()
         by_pattern = {owners[i] for i in found}
         if self.declared.producer == MODELOPT:
@@ -172,10 +196,10 @@ class Matcher:
         return frozenset(e for e in (*targets, *self.declared.ignore) if not e.startswith("re:"))
 
     @cached_property
-    def _by_kind(self) -> dict[Kind, tuple[tuple[Group, ...], bool]]:
+    def _by_kind(self) -> dict[Kind, Verdict]:
         """:meth:`classify` of a compressed-tensors module that no pattern or name in the declaration can match:
         its kind decides, so each kind is classified once."""
-        verdicts: dict[Kind, tuple[tuple[Group, ...], bool]] = {}
+        verdicts: dict[Kind, Verdict] = {}
         for kind, classes in _CLASS_TARGETS.items():
             groups = tuple(group for group in self.declared.groups if any(t in classes for t in group.targets))
             verdicts[kind] = groups, any(e in classes for e in self.declared.ignore)

@@ -17,11 +17,12 @@ import os
 from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import islice
 from typing import Any, Protocol
 
 from scalar_scales.doctor.config_rules import CLASS_RULES
 from scalar_scales.doctor.diagnosis import Diagnosis
-from scalar_scales.doctor.rules import RULES, SEVERITIES, Finding, Severity
+from scalar_scales.doctor.rules import RULES, SEVERITIES, Finding, Findings, Severity
 from scalar_scales.errors import printable
 from scalar_scales.nvfp4 import MODELOPT
 from scalar_scales.sources.checkpoint import CheckpointLocation
@@ -51,13 +52,13 @@ class CheckReport:
     fetched: FetchCounter | None = None
 
     @cached_property
-    def reported(self) -> list[Finding]:
-        """The findings of the selected rules: the diagnosis has every rule's."""
-        return [finding for finding in self.diagnosis.findings if finding.code in self.codes]
+    def reported(self) -> Findings:
+        """The findings of the selected rules (a diagnosis may hold other rules' too)."""
+        return self.diagnosis.findings.selected(self.codes)
 
     @cached_property
     def counts(self) -> Counter[str]:
-        return Counter(finding.code for finding in self.reported)
+        return self.reported.counts()
 
     @property
     def errors(self) -> int:
@@ -170,17 +171,15 @@ class CheckReport:
             lines.append(self.checked_line())
         if with_scales:
             lines += [f"{s.layout:<7}{str(list(s.shape)):<5}{s.name} = {s.value!r}" for s in self.diagnosis.scan.scales]
-        groups: dict[str, list[Finding]] = {}
-        for finding in self.reported:
-            groups.setdefault(finding.code, []).append(finding)
-        for code in sorted(groups):
-            rule, members = RULES[code], groups[code]
+        for code, count in sorted(self.counts.items()):
+            rule = RULES[code]
             fix = f"; fix: {_fix_command(rule.fix, self.diagnosis.scan.checkpoint)}" if rule.fix else ""
-            lines.append(f"{code} {rule.name} ({rule.severity}): {len(members)} x {rule.summary}{fix}")
-            shown = members if show_all else members[:SHOWN_PER_RULE]
+            lines.append(f"{code} {rule.name} ({rule.severity}): {count} x {rule.summary}{fix}")
+            of_rule = self.reported.selected({code})
+            shown = list(of_rule) if show_all else list(islice(of_rule, SHOWN_PER_RULE))
             lines += [f"  {code} {_where(finding)}: {finding.message}" for finding in shown]
-            if len(shown) < len(members):
-                lines.append(f"  ... and {len(members) - len(shown)} more {code} (--show-all or --json lists them)")
+            if len(shown) < count:
+                lines.append(f"  ... and {count - len(shown)} more {code} (--show-all or --json lists them)")
         lines.append(self.summary())
         return lines
 

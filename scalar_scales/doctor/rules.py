@@ -20,11 +20,13 @@ will do with it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Collection, Iterable, Iterator
+from dataclasses import dataclass, field
+from itertools import compress, repeat
 from typing import Literal, NamedTuple
 
-__all__ = ["EFFECTS", "RULES", "SEVERITIES", "Effect", "Finding", "Rule", "Severity", "selected_codes"]
+__all__ = ["EFFECTS", "RULES", "SEVERITIES", "Effect", "Finding", "Findings", "Rule", "Severity", "selected_codes"]
 
 Severity = Literal["error", "warning", "info"]
 SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
@@ -171,6 +173,62 @@ class Finding(NamedTuple):
     @property
     def effect(self) -> Effect:
         return RULES[self.code].effect
+
+
+@dataclass
+class Findings:
+    """Findings as four columns, in order; iterating gives each as a :class:`Finding`.
+
+    A shard's job finds thousands (one per legacy scale of a large MoE), and
+    columns of strings travel back from a worker process at C speed, where
+    a :class:`Finding` each costs more to build and to pickle than the
+    checks that found them.
+    """
+
+    codes: list[str] = field(default_factory=list)
+    tensors: list[str | None] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)
+
+    def add(self, code: str, tensor: str | None, file: str, message: str) -> None:
+        self.codes.append(code)
+        self.tensors.append(tensor)
+        self.files.append(file)
+        self.messages.append(message)
+
+    def add_each(self, code: str, tensors: list[str], file: str, message: str) -> None:
+        """One finding for each of ``tensors``, all with the same message."""
+        self.codes += repeat(code, len(tensors))
+        self.tensors += tensors
+        self.files += repeat(file, len(tensors))
+        self.messages += repeat(message, len(tensors))
+
+    def extend(self, findings: Iterable[Finding]) -> None:
+        if isinstance(findings, Findings):
+            self.codes += findings.codes
+            self.tensors += findings.tensors
+            self.files += findings.files
+            self.messages += findings.messages
+            return
+        for finding in findings:
+            self.add(*finding)
+
+    def selected(self, codes: Collection[str]) -> Findings:
+        """The findings of the rules ``codes``, in order."""
+        keep = list(map(codes.__contains__, self.codes))
+        if all(keep):
+            return self
+        columns = (self.codes, self.tensors, self.files, self.messages)
+        return Findings(*(list(compress(column, keep)) for column in columns))
+
+    def counts(self) -> Counter[str]:
+        return Counter(self.codes)
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __iter__(self) -> Iterator[Finding]:
+        return map(Finding, self.codes, self.tensors, self.files, self.messages)
 
 
 def selected_codes(select: Iterable[str] = (), ignore: Iterable[str] = ()) -> frozenset[str]:

@@ -24,15 +24,16 @@ from __future__ import annotations
 import math
 import operator
 import re
-from collections.abc import Iterator, Mapping
+from collections import Counter
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import compress, repeat
 from typing import NamedTuple
 
-from scalar_scales.doctor.config_rules import Inventory, config_findings, inventory
+from scalar_scales.doctor.config_rules import ModuleCounts, config_findings, inventory
 from scalar_scales.doctor.expectations import Expectations
-from scalar_scales.doctor.matching import packed_weights
-from scalar_scales.doctor.rules import Finding
+from scalar_scales.doctor.matching import ending_with, packed_weights
+from scalar_scales.doctor.rules import RULES, Finding, Findings
 from scalar_scales.files.header import SafetensorsHeader
 from scalar_scales.nvfp4 import SCALE_NUMERATOR, ProducerLayout
 from scalar_scales.scan import ShardScales
@@ -65,105 +66,124 @@ TensorFacts = tuple[str, str, tuple[int, ...]]
 
 
 class ShardDiagnosis(NamedTuple):
-    """What a shard's job found: its findings, the modules and fused groups it could not check alone, and its
-    inventory of modules (for the summary and the checkpoint-wide config rules)."""
+    """What a shard's job found: its findings, the modules and fused groups it could not check alone, its modules
+    counted by group (for the summary) and its KV-cache scales (for the checkpoint-wide config rules)."""
 
-    findings: list[Finding]
+    findings: Findings
     open_modules: dict[str, dict[str, TensorFacts]]
     open_partners: dict[tuple[str, tuple[str, ...]], dict[str, PartnerScale]]
-    inventory: Inventory
+    modules: ModuleCounts
+    kv_scales: int
 
 
 PartnerScale = tuple[str, str, float]
 """A fused partner's weight global scale: (tensor, file, value)."""
 
+MODULE_RULES = frozenset({"NV201", "NV202", "NV203", "NV401", "NV402"})
+"""The rules a module check applies."""
+_VALUE_RULES = frozenset({"NV301", "NV302"})
+
 
 @dataclass(frozen=True)
 class ShardChecks:
-    """The work a check gives each shard's job (:class:`scalar_scales.scan.ShardWork`): every check that the
-    shard's header and its scales can settle alone."""
+    """The work a check gives each shard's job (:class:`scalar_scales.scan.ShardWork`): every check of the rules
+    ``codes`` that the shard's header and its scales can settle alone. A rule not in ``codes`` costs nothing;
+    the modules are counted whatever the rules (the summary says what was checked)."""
 
     expectations: Expectations
+    codes: frozenset[str] = frozenset(RULES)
 
     def __call__(self, header: SafetensorsHeader, scales: ShardScales) -> ShardDiagnosis:
-        file = str(header.path)
-        layout = scales.layout
-        findings = _scale_findings(file, scales, layout)
+        file, layout, codes = str(header.path), scales.layout, self.codes
+        findings = Findings()
+        _scale_findings(file, scales, layout, codes, findings)
         open_modules: dict[str, dict[str, TensorFacts]] = {}
         open_partners: dict[tuple[str, tuple[str, ...]], dict[str, PartnerScale]] = {}
-        found = Inventory()
-        if layout is not None:  # in another format, only the scales --include names are checked
-            findings += _module_checks(header, file, layout, self.expectations, open_modules)
+        if layout is None:  # in another format, only the scales --include names are checked
+            return ShardDiagnosis(findings, open_modules, open_partners, Counter(), 0)
+        names = header.names
+        position = dict(zip(names, range(len(names)), strict=True))
+        packed = packed_weights(names, header.dtypes, position, layout)
+        cut = len(layout.weight) + 1
+        bases = [names[i][:-cut] for i in packed]
+        if not MODULE_RULES.isdisjoint(codes):
+            _module_checks(header, layout, self.expectations, position, packed, bases, open_modules, findings)
+        if "NV303" in codes:
             for group, members in _partner_groups(file, scales, layout).items():
                 if len(members) < len(group[1]):
                     open_partners[group] = members
                 else:
                     findings.extend(partner_findings(group, members, layout))
-            found = inventory(header, layout)
-            findings += config_findings(file, found, layout, self.expectations)
-        return ShardDiagnosis(findings, open_modules, open_partners, found)
+        found = inventory(header, layout, bases)
+        modules = config_findings(file, found, layout, self.expectations, codes, findings)
+        return ShardDiagnosis(findings, open_modules, open_partners, modules, found.kv_scales)
 
 
 def _module_checks(
     header: SafetensorsHeader,
-    file: str,
     layout: ProducerLayout,
     expectations: Expectations,
+    position: dict[str, int],
+    packed: list[int],
+    bases: list[str],
     open_modules: dict[str, dict[str, TensorFacts]],
-) -> list[Finding]:
-    """:func:`module_findings` for every module the shard holds whole; the others go into ``open_modules``.
+    findings: Findings,
+) -> None:
+    """:func:`module_findings` for every module the shard holds whole, ``bases`` those with a ``packed`` weight;
+    the others go into ``open_modules``.
 
-    Worked column-wise, because a large MoE has tens of thousands of
-    modules: the few modules that are incomplete, or whose dtypes or group
-    scales' shape are off, are singled out, and only they are checked one
-    by one.
+    Worked on columns, at C speed, because a large MoE has tens of thousands
+    of modules: the few modules that are incomplete, or whose dtypes or
+    group scales' shape are off, are singled out, and only they are checked
+    one by one.
     """
-    names, dtypes, shapes = header.names, header.dtypes, header.shapes
-    position = dict(zip(names, range(len(names)), strict=True))
-    packed = packed_weights(names, dtypes, position, layout)
-    weight_suffix = f".{layout.weight}"
-    bases = [names[i][: -len(weight_suffix)] for i in packed]
+    file, names, dtypes, shapes = str(header.path), header.names, header.dtypes, header.shapes
+    absent = len(names)
+    """The index of a tensor a module lacks: past the end of the header."""
+    dtype_at: list[str | None] = [*dtypes, None]
+    shape_at: list[tuple[int, ...] | None] = [*shapes, None]
     members = {layout.weight: packed} | {
-        leaf: list(map(position.get, map(operator.add, bases, repeat("." + leaf))))
-        for leaf in layout.leaves
-        if leaf != layout.weight
+        leaf: list(map(position.get, map(operator.add, bases, repeat("." + leaf)), repeat(absent)))
+        for leaf in layout.leaves[1:]
     }
-    expected_dtypes = layout.dtypes
-    suspects = {
-        k
-        for leaf, column in members.items()
-        for k, i in enumerate(column)
-        if i is not None and dtypes[i] != expected_dtypes[leaf]
-    }
-    group_size = expectations.group_size
-    suspects.update(
-        k
-        for k, (i, scale) in enumerate(zip(packed, members[layout.weight_scale], strict=True))
-        if scale is None or shapes[scale] != _scale_shape(shapes[i], group_size(bases[k]))
-    )
-    suspects.update(k for k, i in enumerate(members[layout.weight_global]) if i is None)
-    suspects.update(
-        k for k, i in enumerate(members[layout.input_global]) if i is None and expectations.needs_input_scale(bases[k])
-    )
-    accounted = {*packed, *(i for column in members.values() for i in column if i is not None)}
-    findings: list[Finding] = []
+    suspects: set[int] = set()
+    for leaf, column in members.items():
+        held, expected = list(map(dtype_at.__getitem__, column)), layout.dtypes[leaf]
+        if held.count(expected) + held.count(None) != len(column):
+            suspects.update(k for k, dtype in enumerate(held) if dtype not in (expected, None))
+    for leaf in (layout.weight_scale, layout.weight_global, layout.input_global):
+        column = members[leaf]
+        if absent in column:
+            lacking = (k for k, i in enumerate(column) if i == absent)
+            if leaf == layout.input_global:
+                lacking = (k for k in lacking if expectations.needs_input_scale(bases[k]))
+            suspects.update(lacking)
+    packed_shapes = list(map(shapes.__getitem__, packed))
+    size = expectations.uniform_group_size
+    if size is not None:
+        fitting = {shape: _scale_shape(shape, size) for shape in set(packed_shapes)}
+        needed_shapes = list(map(fitting.__getitem__, packed_shapes))
+    else:
+        needed_shapes = [_scale_shape(s, expectations.group_size(b)) for s, b in zip(packed_shapes, bases, strict=True)]
+    scale_shapes = list(map(shape_at.__getitem__, members[layout.weight_scale]))
+    if scale_shapes != needed_shapes:
+        suspects.update(k for k, pair in enumerate(zip(scale_shapes, needed_shapes, strict=True)) if pair[0] != pair[1])
     for k in sorted(suspects):
-        present = {leaf: column[k] for leaf, column in members.items() if column[k] is not None}
+        present = {leaf: column[k] for leaf, column in members.items() if column[k] != absent}
         facts = {leaf: (file, dtypes[i], shapes[i]) for leaf, i in present.items()}
         if _missing(bases[k], facts, layout, expectations):
             open_modules[bases[k]] = facts
         else:
             findings.extend(module_findings(bases[k], facts, layout, expectations))
+    weight_suffix = f".{layout.weight}"
     for leaf in layout.leaves[1:]:
-        for i in _ending_with(names, "." + leaf):
+        ending, column = ending_with(names, "." + leaf), members[leaf]
+        if len(ending) == len(column) - column.count(absent):
+            continue  # each belongs to a module with a packed weight
+        for i in sorted(set(ending).difference(column)):
             base = names[i][: -len(leaf) - 1]
-            if i not in accounted and base + weight_suffix not in position:
+            if base + weight_suffix not in position:
                 open_modules.setdefault(base, {})[leaf] = (file, dtypes[i], shapes[i])
-    return findings
-
-
-def _ending_with(names: list[str], suffix: str) -> list[int]:
-    return list(compress(range(len(names)), map(str.endswith, names, repeat(suffix))))
 
 
 def _scale_shape(packed: tuple[int, ...], group_size: int) -> tuple[int, ...] | None:
@@ -254,24 +274,41 @@ def _dtype_message(leaf: str, dtype: str, layout: ProducerLayout) -> str:
     return f"dtype {dtype}, not {expected}: {effect}"
 
 
-def _scale_findings(file: str, scales: ShardScales, layout: ProducerLayout | None) -> list[Finding]:
-    """NV101 for each (1,) scale, NV301 for each invalid value, NV302 for each one in the other convention."""
-    legacy = _legacy_message(layout)
-    findings = [
-        Finding("NV101", name, file, legacy)
-        for name, shape in zip(scales.names, scales.shapes, strict=True)
-        if shape == (1,)
-    ]
+def _scale_findings(
+    file: str, scales: ShardScales, layout: ProducerLayout | None, codes: Collection[str], findings: Findings
+) -> None:
+    """NV101 for each (1,) scale, NV301 for each invalid value, NV302 for each one in the other convention (the
+    rules of ``codes``)."""
+    if "NV101" in codes:
+        legacy = list(compress(scales.names, map(_LEGACY_SHAPE.__eq__, scales.shapes)))
+        findings.add_each("NV101", legacy, file, _legacy_message(layout))
     divisor = layout is None or layout.divisor
+    if _VALUE_RULES.isdisjoint(codes) or _all_ordinary(scales.values, divisor):
+        return
     for name, value in zip(scales.names, scales.values, strict=True):
         if value is None or (1.0 <= value < math.inf if divisor else 0.0 < value <= 1.0):
             continue  # ordinary in either convention: nearly every scale
         leaf = name.rpartition(".")[2]
         if not 0.0 < value < math.inf:
-            findings.append(Finding("NV301", name, file, _invalid_value_message(value, leaf, layout)))
+            if "NV301" in codes:
+                findings.add("NV301", name, file, _invalid_value_message(value, leaf, layout))
         elif layout is not None and leaf in layout.leaves[2:] and layout.other_convention(leaf, value):
-            findings.append(Finding("NV302", name, file, _other_convention_message(leaf, value, layout)))
-    return findings
+            if "NV302" in codes:
+                findings.add("NV302", name, file, _other_convention_message(leaf, value, layout))
+
+
+_LEGACY_SHAPE = (1,)
+
+
+def _all_ordinary(values: list[float | None], divisor: bool) -> bool:
+    """Whether every value is one a scale of its convention ordinarily has, as nearly every one is: decided at C
+    speed, where the loop of :func:`_scale_findings` decides one value at a time."""
+    if not values:
+        return True
+    if None in values or any(map(math.isnan, values)):  # type: ignore[arg-type]
+        return False
+    low, high = min(values), max(values)  # type: ignore[type-var]
+    return 1.0 <= low and high < math.inf if divisor else 0.0 < low and high <= 1.0
 
 
 def _legacy_message(layout: ProducerLayout | None) -> str:
@@ -322,7 +359,7 @@ def _partner_groups(
     """The weight global scales of fused partners, by (parent module, partner names)."""
     groups: dict[tuple[str, tuple[str, ...]], dict[str, PartnerScale]] = {}
     suffix = f".{layout.weight_global}"
-    for i in _ending_with(scales.names, suffix):
+    for i in ending_with(scales.names, suffix):
         name, value = scales.names[i], scales.values[i]
         if value is None or math.isnan(value):
             continue

@@ -502,8 +502,9 @@ def _validate(path: Path | str, columns: _Columns, data_size: int) -> None:
             "tensors must tile the data section without gap or overlap",
             tensor=names[i],
         )
-    counts = {shape: _element_count(shape) for shape in set(shapes)}
-    needed_bits = [_bit_count(counts[shape], b) for shape, b in zip(shapes, bits, strict=True)]
+    sized = list(zip(shapes, bits, strict=True))
+    bit_counts = {pair: _bit_count(_element_count(pair[0]), pair[1]) for pair in set(sized)}
+    needed_bits = list(map(bit_counts.__getitem__, sized))
     held_bits = list(map(operator.mul, map(operator.sub, ends, begins), repeat(8)))
     if needed_bits != held_bits:
         i = next(i for i in range(len(names)) if needed_bits[i] != held_bits[i])

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from transformers import AutoModelForCausalLM
 
 from compressed_tensors_patch.toy_moe import toy_config
-from scalar_scales.doctor import Matcher, module_kind
+from scalar_scales.doctor import Kind, Matcher, module_kind
 from scalar_scales.nvfp4 import COMPRESSED_TENSORS, NVFP4_FORMAT
 from scalar_scales.sources import Declaration, Group
 from scalar_scales_testkit.toys import TOYS
@@ -46,25 +46,33 @@ MODULES = {architecture: quantizable_modules(architecture) for architecture in A
 NAMES = sorted({name for modules in MODULES.values() for name, _ in modules})
 
 
-def our_verdict(name: str, module: torch.nn.Module, targets: list[str], ignore: list[str]) -> bool:
-    weight = module.weight
+def kind_of(name: str, module: torch.nn.Module) -> Kind:
     extra = "e_score_correction_bias" in module._parameters or "e_score_correction_bias" in module._buffers
-    kind = module_kind(name, ("BF16", tuple(weight.shape)), packed=False, extra=extra)
+    return module_kind(name, ("BF16", tuple(module.weight.shape)), packed=False, extra=extra)
+
+
+def our_verdicts(modules: list[tuple[str, torch.nn.Module]], targets: list[str], ignore: list[str]) -> list[bool]:
+    """Each module's verdict as the doctor reaches it: the modules of one kind classified together."""
     declared = Declaration(
         COMPRESSED_TENSORS,
         NVFP4_FORMAT,
         (Group("group_0", NVFP4_FORMAT, nvfp4=True, input_activations=True, targets=tuple(targets)),),
         tuple(ignore),
     )
-    groups, ignored = Matcher(declared).classify(name, kind)
-    return bool(groups) and not ignored
+    matcher, kinds = Matcher(declared), [kind_of(name, module) for name, module in modules]
+    verdicts: dict[str, bool] = {}
+    for kind in set(kinds):
+        names = [name for (name, _), other in zip(modules, kinds, strict=True) if other == kind]
+        for name, (groups, ignored) in zip(names, matcher.classify_each(names, kind), strict=True):
+            verdicts[name] = bool(groups) and not ignored
+    return [verdicts[name] for name, _ in modules]
 
 
 def assert_same_verdicts(targets: list[str], ignore: list[str]) -> None:
     for architecture, modules in MODULES.items():
-        for name, module in modules:
-            expected = is_match(name, module, targets, ignore)
-            assert our_verdict(name, module, targets, ignore) == expected, (architecture, name, targets, ignore)
+        ours = our_verdicts(modules, targets, ignore)
+        for (name, module), verdict in zip(modules, ours, strict=True):
+            assert verdict == is_match(name, module, targets, ignore), (architecture, name, targets, ignore)
 
 
 @pytest.mark.parametrize(
