@@ -109,7 +109,8 @@ class ShardChecks:
         if not MODULE_RULES.isdisjoint(codes):
             _module_checks(header, layout, self.expectations, position, packed, bases, open_modules, findings)
         if "NV303" in codes:
-            for group, members in _partner_groups(file, scales, layout).items():
+            unsettled = _unsettled_partners(scales, layout)
+            for group, members in _partner_groups(file, scales, layout, unsettled).items():
                 if len(members) < len(group[1]):
                     open_partners[group] = members
                 else:
@@ -353,13 +354,39 @@ def _other_convention_message(leaf: str, value: float, layout: ProducerLayout) -
     )
 
 
+def _unsettled_partners(scales: ShardScales, layout: ProducerLayout) -> list[int]:
+    """The weight global scales (indices into ``scales``) of fused groups the shard does not settle alone: a
+    group it holds whole, with equal and valid scales, is settled, as nearly every one is. Decided on columns,
+    where :func:`_partner_groups` takes one scale at a time."""
+    suffix = f".{layout.weight_global}"
+    positions = ending_with(scales.names, suffix)
+    stems = [scales.names[i][: -len(suffix)] for i in positions]
+    value_of = dict(zip(stems, map(scales.values.__getitem__, positions), strict=True))
+    projections = [stem.rpartition(".")[2] for stem in stems]
+    settled: set[str] = set()
+    for partners in FUSED_PARTNERS:
+        first = partners[0]
+        parents = [stem[: -len(first)] for stem in compress(stems, map(first.__eq__, projections))]
+        members = [list(map(operator.add, parents, repeat(member))) for member in partners]
+        kept = list(map(value_of.__getitem__, members[0]))
+        agree = list(map(operator.eq, kept, kept))  # a NaN is unsettled
+        if None in kept:  # a value this tool does not read: unsettled too
+            agree = [flag and value is not None for flag, value in zip(agree, kept, strict=True)]
+        for stems_of_member in members[1:]:
+            agree = list(map(operator.and_, agree, map(operator.eq, kept, map(value_of.get, stems_of_member))))
+        for stems_of_member in members:
+            settled.update(compress(stems_of_member, agree))
+    return [i for i, stem in zip(positions, stems, strict=True) if stem not in settled]
+
+
 def _partner_groups(
-    file: str, scales: ShardScales, layout: ProducerLayout
+    file: str, scales: ShardScales, layout: ProducerLayout, positions: list[int]
 ) -> dict[tuple[str, tuple[str, ...]], dict[str, PartnerScale]]:
-    """The weight global scales of fused partners, by (parent module, partner names)."""
+    """The weight global scales of fused partners at ``positions`` (indices into ``scales``), by (parent module,
+    partner names)."""
     groups: dict[tuple[str, tuple[str, ...]], dict[str, PartnerScale]] = {}
     suffix = f".{layout.weight_global}"
-    for i in ending_with(scales.names, suffix):
+    for i in positions:
         name, value = scales.names[i], scales.values[i]
         if value is None or math.isnan(value):
             continue

@@ -10,7 +10,7 @@ import struct
 import pytest
 
 from scalar_scales.doctor import RULES
-from scalar_scales.sources import read_headers
+from scalar_scales.sources import INDEX_NAME, read_headers
 from scalar_scales_testkit.broken import EXPERT, clean_checkpoint, rewrite_shard, shard_of
 from scalar_scales_testkit.cli import run_cli, shards
 
@@ -159,6 +159,35 @@ def test_fused_partners_with_different_scales_are_an_nv303_error(clean):
     assert [(f["code"], f["severity"], f["effect"], f["tensor"]) for f in findings(result)] == [
         ("NV303", "error", "wrong-output", name)
     ]
+
+
+def move_module_to_last_shard(checkpoint, module: str) -> None:
+    """Move every tensor of ``module`` into the checkpoint's last shard, and the index with them."""
+    source, target = shard_of(checkpoint, f"{module}.weight_packed"), shards(checkpoint)[-1]
+    assert source != target
+    moved = {}
+
+    def take(tensors):
+        moved.update({name: tensors.pop(name) for name in list(tensors) if name.startswith(f"{module}.")})
+
+    rewrite_shard(source, take)
+    rewrite_shard(target, lambda tensors: tensors.update(moved))
+    index = json.loads((checkpoint / INDEX_NAME).read_text())
+    index["weight_map"].update(dict.fromkeys(moved, target.name))
+    (checkpoint / INDEX_NAME).write_text(json.dumps(index, indent=2))
+
+
+def test_fused_partners_in_two_shards_with_different_scales_are_an_nv303_error(clean):
+    name = set_scale_value(clean, f"{EXPERT_0}.up_proj.weight_global_scale", 0, 123.0)
+    move_module_to_last_shard(clean, f"{EXPERT_0}.up_proj")
+    result = run_cli("check", clean, "--json")
+    assert [(f["code"], f["tensor"], f["file"]) for f in findings(result)] == [("NV303", name, str(shards(clean)[-1]))]
+
+
+def test_fused_partners_in_two_shards_with_equal_scales_are_not_reported(clean):
+    move_module_to_last_shard(clean, f"{EXPERT_0}.up_proj")
+    result = run_cli("check", clean, "--json")
+    assert (result.returncode, findings(result)) == (0, [])
 
 
 def test_gate_and_up_of_a_dense_mlp_are_partners_too(clean, tmp_path):
