@@ -18,6 +18,10 @@ per-shard rules, migrate's planned edit), and a digest of its tensor names,
 never the parsed header: sending a header between processes costs as much
 as parsing it. The digests are checked against the index's ``weight_map``,
 both ways, before anything is reported or written.
+
+The jobs start on the shards the folder holds while this process reads the
+index, which names every tensor of a large MoE: they are nearly always the
+shards it names, and where they are not the jobs run again on those.
 """
 
 from __future__ import annotations
@@ -28,12 +32,12 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from functools import cached_property, partial
-from itertools import compress, repeat
+from itertools import repeat
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 from scalar_scales.errors import CheckpointError
-from scalar_scales.files.header import SafetensorsHeader
+from scalar_scales.files.header import SafetensorsHeader, ending_with
 from scalar_scales.nvfp4 import COMPRESSED_TENSORS_LAYOUT, LAYOUTS, MODELOPT_LAYOUT, ProducerLayout
 from scalar_scales.sources.checkpoint import INDEX_NAME, CheckpointLocation, OpenedCheckpoint, ShardSource, shard_name
 from scalar_scales.sources.declaration import Declaration
@@ -168,8 +172,8 @@ def scan_shards(
     """
     checkpoint, config, source = opened.location, opened.config, opened.source
     declared = opened.declared
-    files = list(checkpoint.files)
-    workers = workers_for(len(files), network=source.network)
+    likely = list(checkpoint.likely_files)
+    workers = workers_for(len(likely), network=source.network)
     job = partial(
         _scan_shard,
         source=source,
@@ -179,10 +183,23 @@ def scan_shards(
         work=work,
         name_hash=workers.name_hash if index else None,
     )
-    shards = workers.map(job, files)
-    if not index or checkpoint.weight_map is None:
+    run = workers.start(job, likely)
+    try:  # the index, read while the shards are
+        files, weight_map = list(checkpoint.files), checkpoint.weight_map
+        listed = (
+            None if not index or weight_map is None else _digest(weight_map, weight_map.values(), workers.name_hash)
+        )
+    except BaseException:
+        run.cancel()
+        raise
+    if files == likely:
+        shards = run.results()
+    else:  # the folder holds shards its index does not name
+        run.cancel()
+        shards = workers.map(job, files)
+    if listed is None:
         return CheckpointScan(checkpoint, config, declared, shards)
-    index_errors = _index_errors(checkpoint, shards, source, workers.name_hash)
+    index_errors = _index_errors(checkpoint, shards, source, listed)
     return CheckpointScan(checkpoint, config, declared, shards, index_errors)
 
 
@@ -218,12 +235,12 @@ def _digest(names: Collection[str], files: Collection[str], name_hash: Callable[
 
 
 def _index_errors(
-    checkpoint: CheckpointLocation, shards: list[ShardScan], source: ShardSource, name_hash: Callable[[str], int]
+    checkpoint: CheckpointLocation, shards: list[ShardScan], source: ShardSource, listed: tuple[int, int]
 ) -> list[CheckpointError]:
-    """Every tensor of the index missing from its shard, and every tensor of a shard missing from the index."""
+    """Every tensor of the index missing from its shard, and every tensor of a shard missing from the index
+    (``listed``: the index's digest)."""
     assert checkpoint.weight_map is not None
-    found = tuple(map(sum, zip(*(shard.index_digest for shard in shards), strict=True)))
-    if found == _digest(checkpoint.weight_map.keys(), checkpoint.weight_map.values(), name_hash):
+    if tuple(map(sum, zip(*(shard.index_digest for shard in shards), strict=True))) == listed:
         return []
     listed: dict[str, set[str]] = {shard_name(shard.path): set() for shard in shards}
     for tensor, file in checkpoint.weight_map.items():
@@ -273,18 +290,18 @@ def _scan_shard(
     if layout == _UNDECIDED:
         layout = _held_layout(names)
     assert not isinstance(layout, str)
-    indices = [] if layout is None else list(compress(range(len(names)), map(layout.is_scale, names)))
+    indices = [] if layout is None else ending_with(names, layout.scale_suffixes)
     if include:
         indices = sorted({*indices, *(i for i, name in enumerate(names) if _included(name, include))})
     _check_single_values(header, indices)
-    scale_names = [names[i] for i in indices]
-    shapes = [header.shapes[i] for i in indices]
+    scale_names = list(map(names.__getitem__, indices))
+    shapes = list(map(header.shapes.__getitem__, indices))
     values = source.read_values(header, indices) if read_values else [None] * len(indices)
     scales = ShardScales(indices, scale_names, shapes, values, layout)
     return ShardScan(
         path=header.path,
         names=scale_names,
-        dtypes=[header.dtypes[i] for i in indices],
+        dtypes=list(map(header.dtypes.__getitem__, indices)),
         shapes=shapes,
         values=values,
         index_digest=index_digest,

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from itertools import repeat
 
 from scalar_scales.doctor.expectations import Expectations
-from scalar_scales.doctor.matching import Kind, Verdict, ending_with, module_kind
+from scalar_scales.doctor.matching import Kind, Verdict, module_kind
 from scalar_scales.doctor.rules import Finding, Findings
-from scalar_scales.files.header import SafetensorsHeader
+from scalar_scales.files.header import SafetensorsHeader, ending_with
 from scalar_scales.nvfp4 import COMPRESSED_TENSORS, MODELOPT, ProducerLayout
 
 __all__ = ["CLASS_RULES", "Inventory", "ModuleCounts", "config_findings", "inventory", "kv_cache_findings"]

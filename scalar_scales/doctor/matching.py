@@ -33,10 +33,10 @@ import fnmatch
 import re
 from dataclasses import dataclass
 from functools import cached_property
-from itertools import compress, repeat
 from typing import Literal
 
 from scalar_scales.doctor.patterns import PatternSet
+from scalar_scales.files.header import ending_with
 from scalar_scales.nvfp4 import MODELOPT, ProducerLayout
 from scalar_scales.sources.declaration import Declaration, Group
 
@@ -46,7 +46,6 @@ __all__ = [
     "Kind",
     "Matcher",
     "Verdict",
-    "ending_with",
     "fnmatch_pattern",
     "module_kind",
     "packed_weights",
@@ -98,11 +97,6 @@ def packed_weights(names: list[str], dtypes: list[str], position: dict[str, int]
         return found
     partner = f".{layout.weight_global}"
     return [i for i in found if dtypes[i] == "U8" or names[i][: -len(suffix)] + partner in position]
-
-
-def ending_with(names: list[str], suffix: str) -> list[int]:
-    """The indices of the names that end with ``suffix``, found at C speed."""
-    return list(compress(range(len(names)), map(str.endswith, names, repeat(suffix))))
 
 
 def fnmatch_pattern(wildcard: str) -> str:

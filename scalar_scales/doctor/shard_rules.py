@@ -32,9 +32,9 @@ from typing import NamedTuple
 
 from scalar_scales.doctor.config_rules import ModuleCounts, config_findings, inventory
 from scalar_scales.doctor.expectations import Expectations
-from scalar_scales.doctor.matching import ending_with, packed_weights
+from scalar_scales.doctor.matching import packed_weights
 from scalar_scales.doctor.rules import RULES, Finding, Findings
-from scalar_scales.files.header import SafetensorsHeader
+from scalar_scales.files.header import SafetensorsHeader, ending_with
 from scalar_scales.nvfp4 import SCALE_NUMERATOR, ProducerLayout
 from scalar_scales.scan import ShardScales
 

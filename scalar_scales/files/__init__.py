@@ -16,6 +16,7 @@ from scalar_scales.files.header import (
     FileIdentity,
     SafetensorsHeader,
     TensorEntry,
+    ending_with,
     file_identity,
     header_length_of,
     parse_header,
@@ -23,7 +24,7 @@ from scalar_scales.files.header import (
 )
 from scalar_scales.files.header_edit import HeaderEdit, Layout, plan_header_edit
 from scalar_scales.files.json_document import json_object, read_json_object
-from scalar_scales.files.scalars import decode_scalar
+from scalar_scales.files.scalars import decode_scalar, decode_scalars
 
 __all__ = [
     "DTYPE_BITS",
@@ -37,6 +38,8 @@ __all__ = [
     "TensorEntry",
     "create_exclusive",
     "decode_scalar",
+    "decode_scalars",
+    "ending_with",
     "file_identity",
     "header_length_of",
     "json_object",

@@ -21,7 +21,6 @@ from __future__ import annotations
 import errno
 import os
 import re
-import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -41,7 +40,7 @@ _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | g
 def create_exclusive(folder: Path) -> tuple[int, Path]:
     """A new, empty file in ``folder`` under an unguessable temporary name: its descriptor and path."""
     for _ in range(16):
-        path = folder / f".scalar-scales-{secrets.token_hex(8)}.tmp"
+        path = folder / f".scalar-scales-{os.urandom(8).hex()}.tmp"
         try:
             return os.open(path, _CREATE | no_follow(), 0o600), path
         except FileExistsError:

@@ -48,7 +48,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
-from itertools import accumulate, repeat
+from itertools import accumulate, compress, repeat
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -61,6 +61,7 @@ __all__ = [
     "file_identity",
     "DTYPE_BITS",
     "MAX_HEADER_BYTES",
+    "ending_with",
     "header_length_of",
     "parse_header",
     "read_header",
@@ -191,6 +192,12 @@ class _Columns(NamedTuple):
     ends: list[int]
     metadata: dict[str, str] | None
     compact: _CompactLayout | None
+
+
+def ending_with(names: list[str], suffix: str | tuple[str, ...]) -> list[int]:
+    """The indices of the names that end with ``suffix`` (or one of several), found at C speed: a large MoE's
+    shard has thousands of tensors."""
+    return list(compress(range(len(names)), map(str.endswith, names, repeat(suffix))))
 
 
 def read_header(path: str | os.PathLike[str]) -> SafetensorsHeader:

@@ -55,6 +55,11 @@ class CheckpointLocation(Protocol):
     def files(self) -> tuple[Any, ...]: ...
 
     @property
+    def likely_files(self) -> tuple[Any, ...]:
+        """The shards known without reading the index, nearly always ``files``: a scan starts on them while the
+        index is read."""
+
+    @property
     def config(self) -> Path | str | None: ...
 
     @property

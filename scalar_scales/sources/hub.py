@@ -79,6 +79,10 @@ class RemoteCheckpoint:
     weight_map: dict[str, str] | None
     modelopt_config: str | None = None
 
+    @property
+    def likely_files(self) -> tuple[str, ...]:
+        return self.files
+
 
 class _Client:
     """GET requests through huggingface_hub's session, with a timeout, a deadline and a bound on the body."""

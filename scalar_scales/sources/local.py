@@ -7,14 +7,22 @@ import mmap
 import os
 import stat
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from scalar_scales.errors import CheckpointError
 from scalar_scales.files.header import SafetensorsHeader, read_header
 from scalar_scales.files.json_document import read_json_object
-from scalar_scales.files.scalars import decode_scalar
-from scalar_scales.sources.checkpoint import CONFIG_NAME, INDEX_NAME, UNIQUE_KEYS, OpenedCheckpoint, shard_names
+from scalar_scales.files.scalars import decode_scalars
+from scalar_scales.sources.checkpoint import (
+    CONFIG_NAME,
+    INDEX_NAME,
+    SINGLE_FILE_NAME,
+    UNIQUE_KEYS,
+    OpenedCheckpoint,
+    shard_names,
+)
 from scalar_scales.sources.declaration import MODELOPT_CONFIG_NAME
 
 __all__ = [
@@ -34,14 +42,42 @@ class Checkpoint:
 
     ``folder`` is the real path of that folder, however the user spelled the
     path (a file in it, the folder, a link): one checkpoint, one lock.
+
+    A folder with an index has the shards its index names: the index is
+    read, and checked, when ``files`` or ``weight_map`` is first asked for,
+    so that a scan can start on ``likely_files`` (the folder's ``.safetensors``
+    files, nearly always the same) while the index, which names every
+    tensor of a large MoE, is parsed.
     """
 
     root: Path
     folder: Path
-    files: tuple[Path, ...]
+    likely_files: tuple[Path, ...]
     config: Path | None
-    weight_map: dict[str, str] | None = None
+    index: Path | None = None
     modelopt_config: Path | None = None
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        return self._shards[0]
+
+    @property
+    def weight_map(self) -> dict[str, str] | None:
+        """The index's tensor -> shard file name map, parsed and checked; None without an index."""
+        return self._shards[1]
+
+    @cached_property
+    def _shards(self) -> tuple[tuple[Path, ...], dict[str, str] | None]:
+        if self.index is None:
+            return self.likely_files, None
+        root = self.root
+        names, weight_map = shard_names(
+            lambda name: _kind(root / name) != "missing",
+            lambda: read_json_object(_regular(root / INDEX_NAME)),
+            root,
+            lambda n: str(root / n),
+        )
+        return tuple(_regular(root / name) for name in names), weight_map
 
 
 def resolve_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
@@ -50,7 +86,8 @@ def resolve_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     Every file it names must be a regular file (or a link to one): a
     dangling link, a folder or a FIFO where a shard, the index or
     ``config.json`` should be is refused, naming it, and never opened (a FIFO
-    would block the read).
+    would block the read). The index's own checks come when its shards are
+    first asked for (:attr:`Checkpoint.files`).
     """
     if not os.fspath(path):
         raise CheckpointError('""', "no checkpoint named: give a folder, a .safetensors file or hf://ORG/NAME")
@@ -64,18 +101,18 @@ def resolve_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
         raise CheckpointError(root, "no such file or folder")
     if kind != "a folder":
         raise CheckpointError(root, f"is {kind}, not a checkpoint folder or a .safetensors file")
-    names, weight_map = shard_names(
-        lambda name: _kind(root / name) != "missing",
-        lambda: read_json_object(_regular(root / INDEX_NAME)),
-        root,
-        lambda n: str(root / n),
-    )
-    files = tuple(_regular(root / name) for name in names)
     config, modelopt_config = (
         _regular(root / name) if _kind(root / name) != "missing" else None
         for name in (CONFIG_NAME, MODELOPT_CONFIG_NAME)
     )
-    return Checkpoint(root, Path(os.path.realpath(root)), files, config, weight_map, modelopt_config)
+    folder = Path(os.path.realpath(root))
+    if _kind(root / INDEX_NAME) == "missing":
+        if _kind(root / SINGLE_FILE_NAME) == "missing":
+            raise CheckpointError(root, f"holds neither {INDEX_NAME} nor {SINGLE_FILE_NAME}")
+        return Checkpoint(root, folder, (_regular(root / SINGLE_FILE_NAME),), config, None, modelopt_config)
+    index = _regular(root / INDEX_NAME)
+    likely = tuple(sorted(entry for entry in root.glob("*.safetensors") if _kind(entry) == "a file"))
+    return Checkpoint(root, folder, likely, config, index, modelopt_config)
 
 
 def _kind(path: Path) -> str:
@@ -132,9 +169,10 @@ class LocalShards:
     def read_values(header: SafetensorsHeader, indices: list[int]) -> list[float | None]:
         if not indices:
             return []
+        dtypes = list(map(header.dtypes.__getitem__, indices))
+        offsets = list(map(header.data_start.__add__, map(header.begins.__getitem__, indices)))
         with open(header.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            base = header.data_start
-            return [decode_scalar(header.dtypes[i], data, base + header.begins[i]) for i in indices]
+            return decode_scalars(dtypes, data, offsets)
 
 
 LOCAL_SHARDS = LocalShards()

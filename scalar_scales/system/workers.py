@@ -35,12 +35,12 @@ import threading
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from scalar_scales.system.lock import held_descriptors
 from scalar_scales.system.portable import portable_forced
 
-__all__ = ["PARALLEL_MIN_ITEMS", "THREADS", "Workers", "stable_hash", "workers_for"]
+__all__ = ["PARALLEL_MIN_ITEMS", "THREADS", "Run", "Workers", "stable_hash", "workers_for"]
 
 PARALLEL_MIN_ITEMS = 8
 """Below this many items, starting worker processes costs more than it saves."""
@@ -49,6 +49,7 @@ THREADS = 8
 _MAX_PROCESSES = 8
 
 _T = TypeVar("_T")
+_T_co = TypeVar("_T_co", covariant=True)
 Kind = Literal["here", "threads", "fork", "spawn"]
 
 
@@ -73,28 +74,67 @@ class Workers:
     def map(self, job: Callable[[Any], _T], items: Sequence[Any]) -> list[_T]:
         """``job`` on every item, results in the items' order; the first item's error (in the items' order) is
         raised."""
+        return self.start(job, items).results()
+
+    def start(self, job: Callable[[Any], _T], items: Sequence[Any]) -> Run[_T]:
+        """Start ``job`` on every item, for the caller to do other work until it asks for the results (jobs that
+        run here run then)."""
         if self.kind == "here":
-            return [job(item) for item in items]
+            return _HereRun(job, items)
         if self.kind == "fork":
-            return _forked_map(job, items, self.processes)
+            return _ForkedRun(job, items, self.processes)
+        return _PoolRun(job, items, self.kind, self.processes)
+
+
+class Run(Protocol[_T_co]):
+    """Jobs under way (:meth:`Workers.start`). Each run ends in :meth:`results` or :meth:`cancel`: either leaves
+    no worker behind."""
+
+    def results(self) -> list[_T_co]:
+        """Every job's result in the items' order, once all are done; the first item's error is raised."""
+
+    def cancel(self) -> None:
+        """Stop every job, without waiting for the results."""
+
+
+class _HereRun(Generic[_T]):
+    def __init__(self, job: Callable[[Any], _T], items: Sequence[Any]) -> None:
+        self._job, self._items = job, items
+
+    def results(self) -> list[_T]:
+        return [self._job(item) for item in self._items]
+
+    def cancel(self) -> None:
+        pass
+
+
+class _PoolRun(Generic[_T]):
+    """Threads, or spawned processes: a pool from ``concurrent.futures``."""
+
+    def __init__(self, job: Callable[[Any], _T], items: Sequence[Any], kind: Kind, processes: int) -> None:
         import multiprocessing  # only here: the pools' imports cost a check a tenth of its time
         from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 
-        if self.kind == "threads":
-            pool: Executor = ThreadPoolExecutor(max_workers=THREADS)
-            results = pool.map(job, items)
+        if kind == "threads":
+            self._pool: Executor = ThreadPoolExecutor(max_workers=THREADS)
+            self._pending = self._pool.map(job, items)
         else:
-            pool = ProcessPoolExecutor(
-                max_workers=self.processes, mp_context=multiprocessing.get_context("spawn"), initializer=_start_spawned
+            self._pool = ProcessPoolExecutor(
+                max_workers=processes, mp_context=multiprocessing.get_context("spawn"), initializer=_start_spawned
             )
-            results = pool.map(job, items, chunksize=max(1, len(items) // (4 * self.processes)))
+            self._pending = self._pool.map(job, items, chunksize=max(1, len(items) // (4 * processes)))
+
+    def results(self) -> list[_T]:
         try:
-            done = list(results)
+            done = list(self._pending)
         except BaseException:
-            pool.shutdown(wait=False, cancel_futures=True)
+            self.cancel()
             raise
-        pool.shutdown(wait=True)
+        self._pool.shutdown(wait=True)
         return done
+
+    def cancel(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 def workers_for(count: int, *, network: bool = False) -> Workers:
@@ -118,55 +158,68 @@ def workers_for(count: int, *, network: bool = False) -> Workers:
 _PR_SET_PDEATHSIG = 1
 
 
-def _forked_map(job: Callable[[Any], _T], items: Sequence[Any], processes: int) -> list[_T]:
+class _ForkedRun(Generic[_T]):
     """``job`` on every item in ``processes`` forked workers, worker k taking items k, k + n, k + 2n...
 
     A worker stops at its first error and sends it with its index; the
     smallest index is the first failing item, since every worker reaches
     each of its items before a later one. Whatever ends the parent's wait
-    (an error, an interrupt), every worker is killed and reaped before it
-    returns.
+    (an error, an interrupt), every worker is killed and reaped.
     """
-    parent, locks = os.getpid(), held_descriptors()
-    workers: list[tuple[int, int]] = []
-    try:
-        for k in range(processes):
-            read, write = os.pipe()
-            try:
-                pid = os.fork()
-            except OSError:
-                os.close(read)
+
+    def __init__(self, job: Callable[[Any], _T], items: Sequence[Any], processes: int) -> None:
+        self._count, self._processes = len(items), processes
+        self._workers: list[tuple[int, int]] = []
+        parent, locks = os.getpid(), held_descriptors()
+        try:
+            for k in range(processes):
+                read, write = os.pipe()
+                try:
+                    pid = os.fork()
+                except OSError:
+                    os.close(read)
+                    os.close(write)
+                    raise
+                if pid == 0:  # the worker: it never returns into the parent's code
+                    os.close(read)
+                    for _, sibling in self._workers:
+                        os.close(sibling)
+                    _worker(k, job, items, processes, write, parent, locks)
                 os.close(write)
-                raise
-            if pid == 0:  # the worker: it never returns into the parent's code
-                os.close(read)
-                for _, sibling in workers:
-                    os.close(sibling)
-                _worker(k, job, items, processes, write, parent, locks)
-            os.close(write)
-            workers.append((pid, read))
-        parts = []
-        for pid, read in workers:
-            with os.fdopen(read, "rb", closefd=False) as pipe:
-                sent = pipe.read()
-            if not sent:
-                raise ChildProcessError(f"worker process {pid} ended without sending its results")
-            parts.append(pickle.loads(sent))
-    finally:
-        for pid, read in workers:
+                self._workers.append((pid, read))
+        except BaseException:
+            self.cancel()
+            raise
+
+    def results(self) -> list[_T]:
+        try:
+            parts = []
+            for pid, read in self._workers:
+                with os.fdopen(read, "rb", closefd=False) as pipe:
+                    sent = pipe.read()
+                if not sent:
+                    raise ChildProcessError(f"worker process {pid} ended without sending its results")
+                parts.append(pickle.loads(sent))
+        finally:
+            self.cancel()
+        failures = [(index, error) for _, index, error in parts if error is not None]
+        if failures:
+            raise min(failures, key=lambda failure: failure[0])[1]
+        results: list[Any] = [None] * self._count
+        for k, (done, _, _) in enumerate(parts):
+            results[k :: self._processes] = done
+        return results
+
+    def cancel(self) -> None:
+        """Kill and reap every worker (one that has sent its results and ended is only reaped)."""
+        for pid, read in self._workers:
             os.close(read)
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
             os.waitpid(pid, 0)
-    failures = [(index, error) for _, index, error in parts if error is not None]
-    if failures:
-        raise min(failures, key=lambda failure: failure[0])[1]
-    results: list[Any] = [None] * len(items)
-    for k, (done, _, _) in enumerate(parts):
-        results[k::processes] = done
-    return results
+        self._workers = []
 
 
 def _worker(
@@ -178,7 +231,7 @@ def _worker(
     parent: int,
     locks: tuple[int, ...],
 ) -> None:
-    """Worker k of :func:`_forked_map`: its results, or its first error and that item's index, down ``write``."""
+    """Worker k of a :class:`_ForkedRun`: its results, or its first error and that item's index, down ``write``."""
     try:
         _start_forked(parent, locks)
         done: list[Any] = []
