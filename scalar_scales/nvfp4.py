@@ -114,8 +114,9 @@ class ProducerLayout:
         """Whether a tensor is one of this layout's per-tensor scales, by its name."""
         return tensor.endswith(self.scale_suffixes)
 
-    def other_convention(self, leaf: str, value: float) -> bool:
-        """Whether a positive scale's value makes sense only in the other producer's convention.
+    def other_convention_bound(self, leaf: str) -> tuple[float, bool]:
+        """Past what bound a positive scale's value makes sense only in the other producer's convention: the bound,
+        and whether that is below it (else above).
 
         In compressed-tensors' ``(6 * 448) / amax`` a weight global scale below
         1 means weights of magnitude over 2688, and an input global scale
@@ -123,7 +124,7 @@ class ProducerLayout:
         ModelOpt's ``amax / (6 * 448)`` the same holds the other way round.
         """
         limit = 1.0 if leaf == self.weight_global else SCALE_NUMERATOR / _FLOAT16_MAX
-        return value < limit if self.divisor else value > 1.0 / limit
+        return (limit, True) if self.divisor else (1.0 / limit, False)
 
 
 COMPRESSED_TENSORS_LAYOUT = ProducerLayout(

@@ -41,30 +41,33 @@ ModuleCounts = Counter[tuple[str | None, Kind]]
 class Inventory:
     """A shard's modules, as the config rules need them."""
 
+    names: list[str]
+    """The shard's tensors."""
     modules: dict[Kind, list[str]]
     """The modules with a weight the rules judge (NVFP4, otherwise quantized, linear), by kind."""
-    input_scales: list[str]
-    """Each input scale of this layout the shard holds."""
     kv_scales: int
 
 
-def inventory(header: SafetensorsHeader, layout: ProducerLayout, nvfp4_modules: list[str]) -> Inventory:
-    """Take stock of a shard's modules, ``nvfp4_modules`` (those with a packed weight) and the others (worked on
-    columns: a large MoE has tens of thousands)."""
+def inventory(
+    header: SafetensorsHeader, layout: ProducerLayout, nvfp4_modules: list[str], leaves: Counter[str]
+) -> Inventory:
+    """Take stock of a shard's modules, ``nvfp4_modules`` (those with a packed weight) and the others, worked on
+    columns (a large MoE has tens of thousands); ``leaves``: how many names end in each last part, which says
+    where there is nothing to look for."""
     names, dtypes, shapes = header.names, header.dtypes, header.shapes
     modules: dict[Kind, list[str]] = {"nvfp4": nvfp4_modules, "quantized": [], "linear": []}
-    packed = set(nvfp4_modules)
-    held = set(names)
-    for i in ending_with(names, ".weight"):
-        base = names[i][: -len(".weight")]
-        if base not in packed:
-            extra = f"{base}.e_score_correction_bias" in held
-            kind = module_kind(base, (dtypes[i], shapes[i]), packed=False, extra=extra)
-            if kind in _LINEAR_KINDS:
-                modules[kind].append(base)
-    input_scales = [names[i] for i in ending_with(names, f".{layout.input_global}")]
-    kv_scales = sum(map(str.endswith, names, repeat(KV_SCALES)))
-    return Inventory(modules, input_scales, kv_scales)
+    packed_weights_named_weight = len(nvfp4_modules) if layout.weight == "weight" else 0
+    if leaves["weight"] > packed_weights_named_weight:
+        packed, held = set(nvfp4_modules), set(names)
+        for i in ending_with(names, ".weight"):
+            base = names[i][: -len(".weight")]
+            if base not in packed:
+                extra = f"{base}.e_score_correction_bias" in held
+                kind = module_kind(base, (dtypes[i], shapes[i]), packed=False, extra=extra)
+                if kind in _LINEAR_KINDS:
+                    modules[kind].append(base)
+    kv_scales = sum(map(str.endswith, names, repeat(KV_SCALES))) if leaves["k_scale"] or leaves["v_scale"] else 0
+    return Inventory(names, modules, kv_scales)
 
 
 def config_findings(
@@ -98,7 +101,7 @@ def config_findings(
     if not judged or not weight_only or layout.producer != COMPRESSED_TENSORS or "NV604" not in codes:
         return counted  # ModelOpt's W4A16 drops input_scale
     verdict_of = dict(zip(found.modules["nvfp4"], nvfp4_verdicts, strict=True))
-    for scale in found.input_scales:
+    for scale in (found.names[i] for i in ending_with(found.names, f".{layout.input_global}")):
         module = scale[: -len(layout.input_global) - 1]
         groups, ignored = verdict_of.get(module) or expectations.classify(module, "nvfp4")
         if groups and not ignored and not any(group.input_activations for group in groups):

@@ -21,12 +21,23 @@ will do with it.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
-from itertools import compress, repeat
-from typing import Literal, NamedTuple
+from itertools import chain, repeat
+from typing import Any, Literal, NamedTuple
 
-__all__ = ["EFFECTS", "RULES", "SEVERITIES", "Effect", "Finding", "Findings", "Rule", "Severity", "selected_codes"]
+__all__ = [
+    "EFFECTS",
+    "RULES",
+    "SEVERITIES",
+    "Batch",
+    "Effect",
+    "Finding",
+    "Findings",
+    "Rule",
+    "Severity",
+    "selected_codes",
+]
 
 Severity = Literal["error", "warning", "info"]
 SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
@@ -177,58 +188,82 @@ class Finding(NamedTuple):
 
 @dataclass
 class Findings:
-    """Findings as four columns, in order; iterating gives each as a :class:`Finding`.
+    """Findings in order, as batches of one rule in one file; iterating gives each as a :class:`Finding`.
 
     A shard's job finds thousands (one per legacy scale of a large MoE), and
-    columns of strings travel back from a worker process at C speed, where
-    a :class:`Finding` each costs more to build and to pickle than the
-    checks that found them.
+    a batch's columns travel back from a worker process at C speed, where a
+    :class:`Finding` each costs more to build and to pickle than the checks
+    that found them. A batch's messages are one for all, one each, or what
+    writes each from columns of values (:meth:`add_written`), written only
+    for a finding shown; its rule is counted without a look at its findings.
     """
 
-    codes: list[str] = field(default_factory=list)
-    tensors: list[str | None] = field(default_factory=list)
-    files: list[str] = field(default_factory=list)
-    messages: list[str] = field(default_factory=list)
+    batches: list[Batch] = field(default_factory=list)
 
     def add(self, code: str, tensor: str | None, file: str, message: str) -> None:
-        self.codes.append(code)
-        self.tensors.append(tensor)
-        self.files.append(file)
-        self.messages.append(message)
+        last = self.batches[-1] if self.batches else None
+        if last is not None and (last.code, last.file) == (code, file) and isinstance(last.messages, list):
+            last.tensors.append(tensor)
+            last.messages.append(message)
+        else:
+            self.batches.append(Batch(code, file, [tensor], [message]))
 
-    def add_each(self, code: str, tensors: list[str], file: str, message: str) -> None:
+    def add_each(self, code: str, tensors: list[str | None], file: str, message: str) -> None:
         """One finding for each of ``tensors``, all with the same message."""
-        self.codes += repeat(code, len(tensors))
-        self.tensors += tensors
-        self.files += repeat(file, len(tensors))
-        self.messages += repeat(message, len(tensors))
+        if tensors:
+            self.batches.append(Batch(code, file, tensors, message))
+
+    def add_written(
+        self, code: str, tensors: list[str | None], file: str, write: Callable[..., str], *arguments: Any
+    ) -> None:
+        """One finding for each of ``tensors``, whose message ``write`` writes from ``arguments`` (each a list
+        with a value for each finding, or one value for all) when it is shown."""
+        if tensors:
+            self.batches.append(Batch(code, file, tensors, (write, *arguments)))
 
     def extend(self, findings: Iterable[Finding]) -> None:
         if isinstance(findings, Findings):
-            self.codes += findings.codes
-            self.tensors += findings.tensors
-            self.files += findings.files
-            self.messages += findings.messages
+            self.batches += findings.batches
             return
         for finding in findings:
             self.add(*finding)
 
     def selected(self, codes: Collection[str]) -> Findings:
         """The findings of the rules ``codes``, in order."""
-        keep = list(map(codes.__contains__, self.codes))
-        if all(keep):
-            return self
-        columns = (self.codes, self.tensors, self.files, self.messages)
-        return Findings(*(list(compress(column, keep)) for column in columns))
+        return Findings([batch for batch in self.batches if batch.code in codes])
 
     def counts(self) -> Counter[str]:
-        return Counter(self.codes)
+        counted: Counter[str] = Counter()
+        for batch in self.batches:
+            counted[batch.code] += len(batch.tensors)
+        return counted
 
     def __len__(self) -> int:
-        return len(self.codes)
+        return sum(len(batch.tensors) for batch in self.batches)
 
     def __iter__(self) -> Iterator[Finding]:
-        return map(Finding, self.codes, self.tensors, self.files, self.messages)
+        return chain.from_iterable(map(Batch.findings, self.batches))
+
+
+class Batch(NamedTuple):
+    """Findings of one rule in one file (:class:`Findings`)."""
+
+    code: str
+    file: str
+    tensors: list[str | None]
+    messages: str | list[str] | tuple[Any, ...]
+    """One message for all, one each, or (a function, its arguments) that writes each."""
+
+    def findings(self) -> Iterator[Finding]:
+        code, file, tensors, messages = self
+        if isinstance(messages, str):
+            texts: Iterable[str] = repeat(messages)
+        elif isinstance(messages, list):
+            texts = messages
+        else:
+            write, *arguments = messages
+            texts = map(write, *(a if isinstance(a, list) else repeat(a) for a in arguments))
+        return map(Finding, repeat(code), tensors, repeat(file), texts)
 
 
 def selected_codes(select: Iterable[str] = (), ignore: Iterable[str] = ()) -> frozenset[str]:

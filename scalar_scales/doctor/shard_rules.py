@@ -25,7 +25,7 @@ import math
 import operator
 import re
 from collections import Counter
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import compress, repeat
 from typing import NamedTuple
@@ -106,8 +106,9 @@ class ShardChecks:
         packed = packed_weights(names, header.dtypes, position, layout)
         cut = len(layout.weight) + 1
         bases = [names[i][:-cut] for i in packed]
+        leaves = Counter(map(_LAST, map(str.rpartition, names, repeat("."))))
         if not MODULE_RULES.isdisjoint(codes):
-            _module_checks(header, layout, self.expectations, position, packed, bases, open_modules, findings)
+            _module_checks(header, layout, self.expectations, position, leaves, packed, bases, open_modules, findings)
         if "NV303" in codes:
             unsettled = _unsettled_partners(scales, layout)
             for group, members in _partner_groups(file, scales, layout, unsettled).items():
@@ -115,7 +116,7 @@ class ShardChecks:
                     open_partners[group] = members
                 else:
                     findings.extend(partner_findings(group, members, layout))
-        found = inventory(header, layout, bases)
+        found = inventory(header, layout, bases, leaves)
         modules = config_findings(file, found, layout, self.expectations, codes, findings)
         return ShardDiagnosis(findings, open_modules, open_partners, modules, found.kv_scales)
 
@@ -125,13 +126,14 @@ def _module_checks(
     layout: ProducerLayout,
     expectations: Expectations,
     position: dict[str, int],
+    leaves: Counter[str],
     packed: list[int],
     bases: list[str],
     open_modules: dict[str, dict[str, TensorFacts]],
     findings: Findings,
 ) -> None:
     """:func:`module_findings` for every module the shard holds whole, ``bases`` those with a ``packed`` weight;
-    the others go into ``open_modules``.
+    the others go into ``open_modules`` (``leaves``: how many names end in each last part).
 
     Worked on columns, at C speed, because a large MoE has tens of thousands
     of modules: the few modules that are incomplete, or whose dtypes or
@@ -178,10 +180,10 @@ def _module_checks(
             findings.extend(module_findings(bases[k], facts, layout, expectations))
     weight_suffix = f".{layout.weight}"
     for leaf in layout.leaves[1:]:
-        ending, column = ending_with(names, "." + leaf), members[leaf]
-        if len(ending) == len(column) - column.count(absent):
+        column = members[leaf]
+        if leaves[leaf] == len(column) - column.count(absent):
             continue  # each belongs to a module with a packed weight
-        for i in sorted(set(ending).difference(column)):
+        for i in sorted(set(ending_with(names, "." + leaf)).difference(column)):
             base = names[i][: -len(leaf) - 1]
             if base + weight_suffix not in position:
                 open_modules.setdefault(base, {})[leaf] = (file, dtypes[i], shapes[i])
@@ -283,22 +285,30 @@ def _scale_findings(
     if "NV101" in codes:
         legacy = list(compress(scales.names, map(_LEGACY_SHAPE.__eq__, scales.shapes)))
         findings.add_each("NV101", legacy, file, _legacy_message(layout))
-    divisor = layout is None or layout.divisor
-    if _VALUE_RULES.isdisjoint(codes) or _all_ordinary(scales.values, divisor):
+    if _VALUE_RULES.isdisjoint(codes) or _all_ordinary(scales.values, layout is None or layout.divisor):
         return
-    for name, value in zip(scales.names, scales.values, strict=True):
-        if value is None or (1.0 <= value < math.inf if divisor else 0.0 < value <= 1.0):
-            continue  # ordinary in either convention: nearly every scale
-        leaf = name.rpartition(".")[2]
-        if not 0.0 < value < math.inf:
-            if "NV301" in codes:
-                findings.add("NV301", name, file, _invalid_value_message(value, leaf, layout))
-        elif layout is not None and leaf in layout.leaves[2:] and layout.other_convention(leaf, value):
-            if "NV302" in codes:
-                findings.add("NV302", name, file, _other_convention_message(leaf, value, layout))
+    read = list(compress(range(len(scales.values)), map(operator.is_not, scales.values, repeat(None))))
+    names, values = list(map(scales.names.__getitem__, read)), list(map(scales.values.__getitem__, read))
+    valid = list(map(operator.and_, map(operator.lt, repeat(0.0), values), map(operator.lt, values, repeat(math.inf))))
+    leaves = list(map(_LAST, map(str.rpartition, names, repeat("."))))
+    flagged: list[tuple[str, Callable[..., str], list[bool]]] = []
+    if "NV301" in codes:
+        flagged.append(("NV301", _invalid_value_message, list(map(operator.not_, valid))))
+    if "NV302" in codes and layout is not None:
+        other = [False] * len(values)
+        for leaf in layout.leaves[2:]:
+            bound, below = layout.other_convention_bound(leaf)
+            outside = map(operator.gt if below else operator.lt, repeat(bound), values)
+            other = list(map(operator.or_, other, map(operator.and_, map(leaf.__eq__, leaves), outside)))
+        flagged.append(("NV302", _other_convention_message, list(map(operator.and_, valid, other))))
+    for code, message, mask in flagged:
+        at = list(compress(range(len(values)), mask))
+        tensors, found, found_leaves = (list(map(column.__getitem__, at)) for column in (names, values, leaves))
+        findings.add_written(code, tensors, file, message, found, found_leaves, layout)
 
 
 _LEGACY_SHAPE = (1,)
+_LAST = operator.itemgetter(2)
 
 
 def _all_ordinary(values: list[float | None], divisor: bool) -> bool:
@@ -338,7 +348,7 @@ def _invalid_value_message(value: float, leaf: str, layout: ProducerLayout | Non
     return f"is negative ({value!r}): vLLM {uses} and flips the sign of what this scale scales"
 
 
-def _other_convention_message(leaf: str, value: float, layout: ProducerLayout) -> str:
+def _other_convention_message(value: float, leaf: str, layout: ProducerLayout) -> str:
     what = "weights" if leaf == layout.weight_global else "activations"
     if layout.divisor:
         here, there = SCALE_NUMERATOR / value, value * SCALE_NUMERATOR
