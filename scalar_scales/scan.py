@@ -27,8 +27,7 @@ shards it names, and where they are not the jobs run again on those.
 from __future__ import annotations
 
 import math
-import operator
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from functools import cached_property, partial
@@ -181,13 +180,13 @@ def scan_shards(
         include=tuple(include),
         read_values=read_values,
         work=work,
-        name_hash=workers.name_hash if index else None,
+        pair_hash=workers.pair_hash if index else None,
     )
     run = workers.start(job, likely)
     try:  # the index, read while the shards are
         files, weight_map = list(checkpoint.files), checkpoint.weight_map
         listed = (
-            None if not index or weight_map is None else _digest(weight_map, weight_map.values(), workers.name_hash)
+            None if not index or weight_map is None else _digest(weight_map, weight_map.values(), workers.pair_hash)
         )
     except BaseException:
         run.cancel()
@@ -222,16 +221,17 @@ def _held_layout(names: list[str]) -> ProducerLayout | None:
     return None
 
 
-def _digest(names: Collection[str], files: Collection[str], name_hash: Callable[[str], int]) -> tuple[int, int]:
-    """An order-free digest of (tensor, file) pairs: their count, and the sum of hash(tensor) x its file's weight.
+def _digest(
+    names: Collection[str], files: Iterable[str], pair_hash: Callable[[tuple[str, str]], int]
+) -> tuple[int, int]:
+    """An order-free digest of (tensor, file) pairs: their count, and the sum of their hashes.
 
     The shards' digests add up to the index's when, and (but for a chance of
     about 2^-64) only when, they agree, as long as every process hashes
-    alike (``name_hash``). Every step runs at C speed over hundreds of
+    alike (``pair_hash``). Every step runs at C speed over hundreds of
     thousands of names.
     """
-    weights = {file: name_hash(file) | 1 for file in set(files)}
-    return len(names), sum(map(operator.mul, map(name_hash, names), map(weights.__getitem__, files)))
+    return len(names), sum(map(pair_hash, zip(names, files, strict=False)))  # files: maybe one file, repeated
 
 
 def _index_errors(
@@ -281,12 +281,12 @@ def _scan_shard(
     include: tuple[str, ...],
     read_values: bool,
     work: ShardWork | None,
-    name_hash: Callable[[str], int] | None,
+    pair_hash: Callable[[tuple[str, str]], int] | None,
 ) -> ShardScan:
-    """One shard's job; ``name_hash`` None: the index is not checked, so no digest is taken."""
+    """One shard's job; ``pair_hash`` None: the index is not checked, so no digest is taken."""
     header = source.read_header(file)
     names = header.names
-    index_digest = (0, 0) if name_hash is None else _digest(names, [shard_name(header.path)] * len(names), name_hash)
+    index_digest = (0, 0) if pair_hash is None else _digest(names, repeat(shard_name(header.path)), pair_hash)
     if layout == _UNDECIDED:
         layout = _held_layout(names)
     assert not isinstance(layout, str)

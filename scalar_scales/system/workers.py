@@ -13,7 +13,7 @@
   and ends the worker when the parent is gone, however it ended.
 
 Spawned workers hash strings with their own seed, so what a job hashes that
-the parent must compare is hashed with :attr:`Workers.name_hash`: the
+the parent must compare is hashed with :attr:`Workers.pair_hash`: the
 built-in ``hash`` where every process shares it, else a hash that any
 process computes alike.
 
@@ -53,9 +53,10 @@ _T_co = TypeVar("_T_co", covariant=True)
 Kind = Literal["here", "threads", "fork", "spawn"]
 
 
-def stable_hash(text: str) -> int:
-    """A 64-bit hash of ``text`` that every process computes alike (two 32-bit checksums, at C speed)."""
-    data = text.encode("utf-8", "surrogatepass")
+def stable_hash(pair: tuple[str, str]) -> int:
+    """A 64-bit hash of a pair of strings, the second without NUL (a file name), that every process computes
+    alike (two 32-bit checksums, at C speed)."""
+    data = "\0".join(pair).encode("utf-8", "surrogatepass")
     return zlib.crc32(data) << 32 | zlib.adler32(data)
 
 
@@ -67,8 +68,8 @@ class Workers:
     processes: int = 1
 
     @property
-    def name_hash(self) -> Callable[[str], int]:
-        """The string hash a job and this process compute alike."""
+    def pair_hash(self) -> Callable[[tuple[str, str]], int]:
+        """The hash of a pair of strings that a job and this process compute alike."""
         return stable_hash if self.kind == "spawn" else hash
 
     def map(self, job: Callable[[Any], _T], items: Sequence[Any]) -> list[_T]:
