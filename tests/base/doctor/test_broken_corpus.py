@@ -50,3 +50,16 @@ def test_the_text_report_names_the_rule_and_the_tensor(tmp_path, clean, layout, 
     assert any(line.startswith(f"{case.code} {rule.name} ({rule.severity}): ") for line in lines)
     named = f": {tensor}: " if tensor else ".json: "
     assert any(line.startswith(f"  {case.code} ") and named in line for line in lines), lines
+
+
+@pytest.mark.parametrize(("clean", "layout", "case"), CASES)
+def test_a_rule_selected_alone_reports_what_it_reports_among_every_rule(tmp_path, clean, layout, case):
+    """A rule --select leaves out is not computed: what the others find, and what the summary counts, stay."""
+    checkpoint = clean(tmp_path / "checkpoint")
+    case.make(checkpoint, layout)
+    every = json.loads(run_cli("check", checkpoint, "--json").stdout)
+    for code in {case.code, *case.alongside}:
+        alone = json.loads(run_cli("check", checkpoint, "--json", "--select", code).stdout)
+        assert alone["findings"] == [finding for finding in every["findings"] if finding["code"] == code]
+        assert alone["summary"]["modules"] == every["summary"]["modules"]
+        assert alone["summary"]["scales"] == every["summary"]["scales"]
