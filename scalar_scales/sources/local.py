@@ -68,12 +68,13 @@ class Checkpoint:
 
     @cached_property
     def _shards(self) -> tuple[tuple[Path, ...], dict[str, str] | None]:
-        if self.index is None:
+        index = self.index
+        if index is None:
             return self.likely_files, None
         root = self.root
         names, weight_map = shard_names(
             lambda name: _kind(root / name) != "missing",
-            lambda: read_json_object(_regular(root / INDEX_NAME)),
+            lambda: read_json_object(_regular(index)),
             root,
             lambda n: str(root / n),
         )
