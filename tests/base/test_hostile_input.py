@@ -283,7 +283,7 @@ def test_11_a_shard_that_is_not_a_file_is_refused_as_what_it_is(checkpoint, kind
         assert one_line(run_cli(command, checkpoint)) == f"scalar-scales: error: {victim}: is {kind}, not a file"
 
 
-def test_11_ctrl_c_while_shards_are_edited_says_what_changed_and_a_rerun_finishes(tmp_path):
+def test_11_ctrl_c_while_shards_are_edited_says_what_changed_and_a_rerun_finishes(tmp_path, sigint_reaches_children):
     checkpoint = write_synthetic_checkpoint(tmp_path / "ckpt", data_bytes=3_000_000)
     process = migrate_process(checkpoint)
     wait_for_first_edit(checkpoint, process)

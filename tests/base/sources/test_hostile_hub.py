@@ -51,7 +51,7 @@ def test_3_a_server_that_never_answers_a_range_read_times_out_as_huggingface_hub
     assert "the Hub did not answer in time" in line
 
 
-def test_3_ctrl_c_during_a_hung_read_ends_the_check_at_once_with_one_line(tmp_path):
+def test_3_ctrl_c_during_a_hung_read_ends_the_check_at_once_with_one_line(tmp_path, sigint_reaches_children):
     repository = HubRepository({"main": clean_checkpoint(tmp_path / "ckpt")}, misbehave="hang-files")
     with serve_hub({"org/model": repository}) as (endpoint, served):
         env = {**os.environ, **client_environment(endpoint, tmp_path), "HF_HUB_DOWNLOAD_TIMEOUT": "600"}
