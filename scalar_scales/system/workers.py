@@ -181,11 +181,14 @@ class _ForkedRun(Generic[_T]):
                     os.close(read)
                     os.close(write)
                     raise
-                if pid == 0:  # the worker: it never returns into the parent's code
-                    os.close(read)
-                    for _, sibling in self._workers:
-                        os.close(sibling)
-                    _worker(k, job, items, processes, write, parent, locks)
+                if pid == 0:  # the worker: it never returns into the parent's code, even on a Ctrl-C this early
+                    try:
+                        os.close(read)
+                        for _, sibling in self._workers:
+                            os.close(sibling)
+                        _worker(k, job, items, processes, write, parent, locks)
+                    finally:
+                        os._exit(1)
                 os.close(write)
                 self._workers.append((pid, read))
         except BaseException:
