@@ -4,9 +4,12 @@
   memory and its string hashing. Each asks the kernel for SIGKILL when the
   parent's thread ends (``prctl(PR_SET_PDEATHSIG)``), and closes the locks it
   inherited (:func:`scalar_scales.system.lock.held_descriptors`) at once.
-  Each takes every n-th item and sends all its results back, pickled, down
-  a pipe of its own: ``os.fork`` and a pipe, where a process pool's queues,
-  threads and imports cost a check of a large checkpoint a tenth of its time.
+  Each takes the next items not yet taken, from a pipe of numbers they
+  share, so that a worker slowed down (by a large shard, or by the parent's
+  own work on the same cores) takes fewer, and sends all its results back,
+  pickled, down a pipe of its own: ``os.fork`` and two pipes, where a process
+  pool's queues, threads and imports cost a check of a large checkpoint a
+  tenth of its time.
 - **Portable (macOS, Windows; Linux with ``SCALAR_SCALES_PORTABLE=1``):**
   spawned workers, a fresh interpreter each, which inherit no descriptor.
   Each runs a thread that waits on multiprocessing's sentinel for its parent
@@ -33,8 +36,9 @@ import signal
 import sys
 import threading
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from scalar_scales.system.lock import held_descriptors
@@ -160,21 +164,32 @@ _PR_SET_PDEATHSIG = 1
 
 
 class _ForkedRun(Generic[_T]):
-    """``job`` on every item in ``processes`` forked workers, worker k taking items k, k + n, k + 2n...
+    """``job`` on every item in ``processes`` processes, this one and forked workers, each taking the next share
+    of items from a pipe.
 
-    A worker stops at its first error and sends it with its index; the
-    smallest index is the first failing item, since every worker reaches
-    each of its items before a later one. Whatever ends the parent's wait
-    (an error, an interrupt), every worker is killed and reaped.
+    The parent writes every share's number to the pipe, in order, before
+    the first fork, and closes its end for writing, so that a read returns
+    the next number or, once all are taken, nothing. The workers start at
+    once; this process takes shares too once it asks for the results, so
+    that its own results need no pickling, and between its items it takes
+    in what the workers have sent (:class:`_Sent`), so that little is left
+    to unpickle once the last item is done. Each process stops at its first
+    error and keeps it with its index; the smallest index is the first
+    failing item, since items are taken in order and a process works on
+    every item it takes until it fails. Whatever ends the parent's wait (an
+    error, an interrupt), every worker is killed and reaped.
     """
 
     def __init__(self, job: Callable[[Any], _T], items: Sequence[Any], processes: int) -> None:
-        self._count, self._processes = len(items), processes
-        self._workers: list[tuple[int, int]] = []
+        self._job, self._items = job, items
+        self._results: list[Any] = [None] * len(items)
+        self._failures: list[tuple[int, BaseException]] = []
+        self._workers: list[_Sent] = []
+        self._numbers: int | None = _shares_pipe(len(items))
         parent, locks = os.getpid(), held_descriptors()
         try:
-            for k in range(processes):
-                read, write = os.pipe()
+            for _ in range(processes - 1):
+                read, write = _results_pipe()
                 try:
                     pid = os.fork()
                 except OSError:
@@ -184,73 +199,203 @@ class _ForkedRun(Generic[_T]):
                 if pid == 0:  # the worker: it never returns into the parent's code, even on a Ctrl-C this early
                     try:
                         os.close(read)
-                        for _, sibling in self._workers:
-                            os.close(sibling)
-                        _worker(k, job, items, processes, write, parent, locks)
+                        for sibling in self._workers:
+                            os.close(sibling.read)
+                        _worker(job, items, self._numbers, write, parent, locks)
                     finally:
                         os._exit(1)
                 os.close(write)
-                self._workers.append((pid, read))
+                self._workers.append(_Sent(pid, read))
         except BaseException:
             self.cancel()
             raise
 
     def results(self) -> list[_T]:
+        assert self._numbers is not None, "a run's results are asked for once"
         try:
-            parts = []
-            for pid, read in self._workers:
-                with os.fdopen(read, "rb", closefd=False) as pipe:
-                    sent = pipe.read()
-                if not sent:
-                    raise ChildProcessError(f"worker process {pid} ended without sending its results")
-                parts.append(pickle.loads(sent))
+            for worker in self._workers:
+                os.set_blocking(worker.read, False)
+            self._take(_take_shares(self._job, self._items, self._numbers, Exception, self._keep, self._take_sent))
+            for worker in self._workers:
+                os.set_blocking(worker.read, True)
+                while not worker.ended:
+                    self._take_from(worker)
         finally:
             self.cancel()
-        failures = [(index, error) for _, index, error in parts if error is not None]
-        if failures:
-            raise min(failures, key=lambda failure: failure[0])[1]
-        results: list[Any] = [None] * self._count
-        for k, (done, _, _) in enumerate(parts):
-            results[k :: self._processes] = done
-        return results
+        if self._failures:
+            raise min(self._failures, key=lambda failure: failure[0])[1]
+        return self._results
+
+    def _keep(self, index: int, result: Any) -> None:
+        self._results[index] = result
+
+    def _take(self, end: tuple[int, BaseException | None]) -> None:
+        index, error = end
+        if error is not None:
+            self._failures.append((index, error))
+
+    def _take_sent(self) -> None:
+        """Whatever the workers have sent so far, without waiting."""
+        for worker in self._workers:
+            if not worker.ended:
+                self._take_from(worker)
+
+    def _take_from(self, worker: _Sent) -> None:
+        try:
+            for is_end, index, value in worker.receive():
+                if is_end:
+                    self._take((index, value))
+                else:
+                    self._results[index] = value
+        except BlockingIOError:
+            pass
 
     def cancel(self) -> None:
         """Kill and reap every worker (one that has sent its results and ended is only reaped)."""
-        for pid, read in self._workers:
-            os.close(read)
+        if self._numbers is not None:
+            os.close(self._numbers)
+            self._numbers = None
+        for worker in self._workers:
+            os.close(worker.read)
             try:
-                os.kill(pid, signal.SIGKILL)
+                os.kill(worker.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            os.waitpid(pid, 0)
+            os.waitpid(worker.pid, 0)
         self._workers = []
 
 
-def _worker(
-    k: int,
+class _Sent:
+    """What a forked worker has sent down its pipe: frames of an 8-byte length and a pickled ``(is_end, index,
+    value)``, a result for each item and, last, the end: the index of its last item and the error it raised, or
+    None."""
+
+    def __init__(self, pid: int, read: int) -> None:
+        self.pid, self.read = pid, read
+        self.ended = False
+        self._buffer = bytearray()
+
+    def receive(self) -> Iterator[tuple[bool, int, Any]]:
+        """The frames whole in what one read brings, after those before it; ``BlockingIOError`` where nothing
+        came yet from a worker read without waiting."""
+        data = os.read(self.read, _READ_BYTES)
+        if not data:
+            raise ChildProcessError(f"worker process {self.pid} ended without sending its results")
+        buffer = self._buffer
+        buffer += data
+        start = 0
+        while len(buffer) - start >= _LENGTH_BYTES:
+            body = start + _LENGTH_BYTES
+            end = body + int.from_bytes(buffer[start:body], "little")
+            if end > len(buffer):
+                break
+            frame = pickle.loads(memoryview(buffer)[body:end])
+            start = end
+            self.ended = frame[0]
+            yield frame
+        del buffer[:start]
+
+
+_LENGTH_BYTES = 8
+_READ_BYTES = 1 << 20
+_RESULTS_PIPE_BYTES = 1 << 20
+"""What a worker's pipe is asked to hold, so that a worker seldom waits for the parent, busy with an item of its
+own, to take in what it sent; Linux grants up to 1 MiB to any process, and a pipe keeps 64 KiB where it refuses."""
+
+
+def _results_pipe() -> tuple[int, int]:
+    import fcntl  # Linux only, as forked runs are
+
+    read, write = os.pipe()
+    try:
+        fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, _RESULTS_PIPE_BYTES)
+    except OSError:
+        pass  # a smaller pipe only makes the worker wait more
+    return read, write
+
+
+_SHARE_NUMBER_BYTES = 2
+_SHARES = 2048
+"""Shares of the items a forked run's processes take: 4 KiB of numbers, which a pipe holds even on a system short
+of pipe memory (one page, at least), so the parent writes them all before any worker reads, and never waits."""
+
+
+def _shares_pipe(count: int) -> int:
+    """The read end of a pipe that holds the numbers of the shares of ``count`` items, 0, 1, ..., its write end
+    closed; share k is the items from k times :func:`_share_size` on."""
+    read, write = os.pipe()
+    try:
+        numbers = range(-(-count // _share_size(count)))
+        os.write(write, b"".join(number.to_bytes(_SHARE_NUMBER_BYTES, "little") for number in numbers))
+    except BaseException:
+        os.close(read)
+        raise
+    finally:
+        os.close(write)
+    return read
+
+
+def _share_size(count: int) -> int:
+    return max(1, -(-count // _SHARES))
+
+
+def _take_shares(
     job: Callable[[Any], Any],
     items: Sequence[Any],
-    processes: int,
+    numbers: int,
+    caught: type[BaseException],
+    keep: Callable[[int, Any], None],
+    between: Callable[[], None] = lambda: None,
+) -> tuple[int, BaseException | None]:
+    """``job`` on each share of items taken from ``numbers``, each result given to ``keep`` with its index and
+    ``between`` called after each, until none is left or an item raises ``caught``: the last item's index, and
+    its error or None.
+
+    A read of a few bytes from a pipe is atomic, and the pipe was full
+    before any worker started, so each read takes one whole share number.
+    """
+    size = _share_size(len(items))
+    index = -1
+    while number := os.read(numbers, _SHARE_NUMBER_BYTES):
+        share = int.from_bytes(number, "little") * size
+        for index in range(share, min(share + size, len(items))):
+            try:
+                keep(index, job(items[index]))
+            except caught as error:
+                return index, error
+            between()
+    return index, None
+
+
+def _worker(
+    job: Callable[[Any], Any],
+    items: Sequence[Any],
+    numbers: int,
     write: int,
     parent: int,
     locks: tuple[int, ...],
 ) -> None:
-    """Worker k of a :class:`_ForkedRun`: its results, or its first error and that item's index, down ``write``."""
+    """A worker of a :class:`_ForkedRun`: each result, then the end, down ``write`` (:class:`_Sent`); any error
+    it meets is the parent's to raise."""
     try:
         _start_forked(parent, locks)
-        done: list[Any] = []
-        index, error = -1, None
-        try:
-            for index in range(k, len(items), processes):
-                done.append(job(items[index]))
-        except BaseException as exc:  # the parent raises it
-            error = exc
-        try:
-            payload = pickle.dumps((done, index, error), pickle.HIGHEST_PROTOCOL)
-        except Exception as exc:  # a result or an error that does not pickle
-            payload = pickle.dumps(([], index, RuntimeError(f"a worker's result does not pickle: {exc!r}")))
         with os.fdopen(write, "wb") as pipe:
-            pipe.write(payload)
+
+            def send(*frame: Any) -> None:
+                try:
+                    data = pickle.dumps(frame, pickle.HIGHEST_PROTOCOL)
+                except Exception as exc:  # the item's error, for the parent to raise
+                    what = "error" if frame[0] else "result"
+                    raise RuntimeError(f"a worker's {what} does not pickle: {exc!r}") from None
+                pipe.write(len(data).to_bytes(_LENGTH_BYTES, "little"))
+                pipe.write(data)
+                pipe.flush()
+
+            index, error = _take_shares(job, items, numbers, BaseException, partial(send, False))
+            try:
+                send(True, index, error)
+            except RuntimeError as unsent:
+                send(True, index, unsent)
     finally:
         os._exit(0)
 

@@ -30,9 +30,10 @@ def portable(monkeypatch):
 
 
 class WorkerPid:
-    """A scan's per-shard work that reports which process ran it."""
+    """A scan's per-shard work that reports which process ran it, slowly enough that every process takes some."""
 
     def __call__(self, header: SafetensorsHeader, scales: ShardScales) -> int:
+        time.sleep(0.05)
         return os.getpid()
 
 
@@ -43,12 +44,12 @@ def test_the_portable_path_runs_shards_in_spawned_worker_processes(tmp_path, por
     assert os.getpid() not in pids and len(pids) >= 1
 
 
-def test_linux_runs_shards_in_forked_worker_processes(tmp_path, monkeypatch):
+def test_linux_runs_shards_in_forked_worker_processes_and_in_this_one(tmp_path, monkeypatch):
     monkeypatch.delenv("SCALAR_SCALES_PORTABLE", raising=False)
     checkpoint = make_checkpoint(tmp_path / "ckpt", shards=12, experts=8)
     assert workers_for(12).kind == "fork"
     pids = {shard.work for shard in scan_shards(open_local(checkpoint), work=WorkerPid()).shards}
-    assert os.getpid() not in pids
+    assert os.getpid() in pids and len(pids) == workers_for(12).processes
 
 
 def test_spawned_workers_find_what_forked_ones_find(tmp_path):
