@@ -287,8 +287,10 @@ def _scale_findings(
         findings.add_each("NV101", legacy, file, _legacy_message(layout))
     if _VALUE_RULES.isdisjoint(codes) or _all_ordinary(scales.values, layout is None or layout.divisor):
         return
-    read = list(compress(range(len(scales.values)), map(operator.is_not, scales.values, repeat(None))))
-    names, values = list(map(scales.names.__getitem__, read)), list(map(scales.values.__getitem__, read))
+    names, values = scales.names, scales.values
+    if None in values:  # a value this tool does not read
+        read = list(compress(range(len(values)), map(operator.is_not, values, repeat(None))))
+        names, values = list(map(names.__getitem__, read)), list(map(values.__getitem__, read))
     valid = list(map(operator.and_, map(operator.lt, repeat(0.0), values), map(operator.lt, values, repeat(math.inf))))
     leaves = list(map(_LAST, map(str.rpartition, names, repeat("."))))
     flagged: list[tuple[str, Callable[..., str], list[bool]]] = []
@@ -365,14 +367,16 @@ def _other_convention_message(value: float, leaf: str, layout: ProducerLayout) -
 
 
 def _unsettled_partners(scales: ShardScales, layout: ProducerLayout) -> list[int]:
-    """The weight global scales (indices into ``scales``) of fused groups the shard does not settle alone: a
-    group it holds whole, with equal and valid scales, is settled, as nearly every one is. Decided on columns,
-    where :func:`_partner_groups` takes one scale at a time."""
+    """The weight global scales (indices into ``scales``) of fused partners whose group the shard does not
+    settle alone: a group it holds whole, with equal and valid scales, is settled, as nearly every one is.
+    Decided on columns, where :func:`_partner_groups` takes one scale at a time."""
     suffix = f".{layout.weight_global}"
     positions = ending_with(scales.names, suffix)
     stems = [scales.names[i][: -len(suffix)] for i in positions]
-    value_of = dict(zip(stems, map(scales.values.__getitem__, positions), strict=True))
     projections = [stem.rpartition(".")[2] for stem in stems]
+    partnered = list(map(_PARTNERS_OF.__contains__, projections))
+    positions, stems, projections = (list(compress(column, partnered)) for column in (positions, stems, projections))
+    value_of = dict(zip(stems, map(scales.values.__getitem__, positions), strict=True))
     settled: set[str] = set()
     for partners in FUSED_PARTNERS:
         first = partners[0]

@@ -309,18 +309,23 @@ def _parse_canonical(raw: bytes) -> _Columns | None:
         return None
     names, dtypes, shape_texts, begin_texts, end_texts = texts = tuple(map(list, zip(*entries, strict=True)))
     del entries
-    matched = sum(sum(map(len, column)) for column in texts)
+    matched = sum(len("".join(column)) for column in texts)
     if matched + len(names) * _ENTRY_FRAME != len(body):
         return None  # the matches do not tile the body: something else is in there
     if len(set(names)) != len(names) or _METADATA_KEY in names:
         return None
     parsed_shapes = {t: tuple(int(d) for d in t.split(",")) if t.strip() else () for t in set(shape_texts)}
+    ends = list(map(int, end_texts))
+    if begin_texts[0] == "0" and begin_texts[1:] == end_texts[:-1]:  # written in offset order, as usual
+        begins = [0, *ends[:-1]]
+    else:
+        begins = list(map(int, begin_texts))
     return _Columns(
         names=names,
         dtypes=dtypes,
         shapes=list(map(parsed_shapes.__getitem__, shape_texts)),
-        begins=list(map(int, begin_texts)),
-        ends=list(map(int, end_texts)),
+        begins=begins,
+        ends=ends,
         metadata=metadata,
         compact=_CompactLayout(start + 1, texts),
     )
@@ -475,12 +480,18 @@ def _bit_count(elements: int | None, bits: int) -> int | None:
     return elements * bits
 
 
+def _byte_count(sized: tuple[tuple[int, ...], str]) -> int | None:
+    """A tensor's size in bytes, from its shape and dtype; None where it is no whole number of bytes or the
+    reference's 64-bit arithmetic overflows."""
+    bits = _bit_count(_element_count(sized[0]), DTYPE_BITS[sized[1]])
+    return None if bits is None or bits % 8 else bits // 8
+
+
 def _validate(path: Path | str, columns: _Columns, data_size: int) -> None:
     """The reference's checks, over whole columns at C speed; a failure is then located and named."""
     names, dtypes, shapes, begins, ends = columns[:5]
-    bits = list(map(DTYPE_BITS.get, dtypes))
-    if None in bits:
-        i = bits.index(None)
+    if not DTYPE_BITS.keys() >= set(dtypes):
+        i = next(i for i, dtype in enumerate(dtypes) if dtype not in DTYPE_BITS)
         raise CheckpointError(path, f"unknown dtype {json.dumps(dtypes[i])}", tensor=names[i])
     if max(begins, default=0) >= _USIZE_END or max(ends, default=0) >= _USIZE_END:
         i = next(i for i in range(len(names)) if max(begins[i], ends[i]) >= _USIZE_END)
@@ -509,13 +520,13 @@ def _validate(path: Path | str, columns: _Columns, data_size: int) -> None:
             "tensors must tile the data section without gap or overlap",
             tensor=names[i],
         )
-    sized = list(zip(shapes, bits, strict=True))
-    bit_counts = {pair: _bit_count(_element_count(pair[0]), pair[1]) for pair in set(sized)}
-    needed_bits = list(map(bit_counts.__getitem__, sized))
-    held_bits = list(map(operator.mul, map(operator.sub, ends, begins), repeat(8)))
-    if needed_bits != held_bits:
-        i = next(i for i in range(len(names)) if needed_bits[i] != held_bits[i])
-        needed = needed_bits[i]
+    sized = list(zip(shapes, dtypes, strict=True))
+    byte_counts = {pair: _byte_count(pair) for pair in set(sized)}
+    needed_bytes = list(map(byte_counts.__getitem__, sized))
+    held_bytes = list(map(operator.sub, ends, begins))
+    if needed_bytes != held_bytes:
+        i = next(i for i in range(len(names)) if needed_bytes[i] != held_bytes[i])
+        needed = _bit_count(_element_count(shapes[i]), DTYPE_BITS[dtypes[i]])
         if needed is None:
             problem = f"{dtypes[i]} x {list(shapes[i])} overflows a 64-bit byte count"
         elif needed % 8:
