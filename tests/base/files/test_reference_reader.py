@@ -79,6 +79,15 @@ HAND_MADE: dict[str, tuple[str, bytes]] = {
         b"123456789012",
     ),
     "raw TAB in a name": ('{"a\tb":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}', b"1234"),
+    "raw newline in a later name": (
+        "{" + ENTRY + ',"b\nc":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}',
+        b"12345678",
+    ),
+    "raw NUL in a name": ('{"a\x00":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}', b"1234"),
+    "offset with a leading zero": (
+        "{" + ENTRY + ',"b":{"dtype":"F32","shape":[1],"data_offsets":[4,08]}}',
+        b"12345678",
+    ),
     "escaped TAB in a name": ('{"a\\tb":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}', b"1234"),
     "raw control character in metadata": ('{"__metadata__":{"format":"p\x01t"},' + ENTRY + "}", b"1234"),
     "DEL in a name": ('{"a\x7f":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}', b"1234"),
