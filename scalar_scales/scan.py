@@ -27,6 +27,7 @@ shards it names, and where they are not the jobs run again on those.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -301,7 +302,7 @@ def _scan_shard(
     return ShardScan(
         path=header.path,
         names=scale_names,
-        dtypes=list(map(header.dtypes.__getitem__, indices)),
+        dtypes=list(map(sys.intern, map(header.dtypes.__getitem__, indices))),  # one object each to send
         shapes=shapes,
         values=values,
         index_digest=index_digest,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import operator
 import re
+import sys
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
@@ -292,7 +293,7 @@ def _scale_findings(
         read = list(compress(range(len(values)), map(operator.is_not, values, repeat(None))))
         names, values = list(map(names.__getitem__, read)), list(map(values.__getitem__, read))
     valid = list(map(operator.and_, map(operator.lt, repeat(0.0), values), map(operator.lt, values, repeat(math.inf))))
-    leaves = list(map(_LAST, map(str.rpartition, names, repeat("."))))
+    leaves = list(map(sys.intern, map(_LAST, map(str.rpartition, names, repeat(".")))))  # one object each to send
     flagged: list[tuple[str, Callable[..., str], list[bool]]] = []
     if "NV301" in codes:
         flagged.append(("NV301", _invalid_value_message, list(map(operator.not_, valid))))
