@@ -4,10 +4,12 @@
   memory and its string hashing. Each asks the kernel for SIGKILL when the
   parent's thread ends (``prctl(PR_SET_PDEATHSIG)``), and closes the locks it
   inherited (:func:`scalar_scales.system.lock.held_descriptors`) at once.
-  Each takes the next items not yet taken, from a pipe of numbers they
-  share, so that a worker slowed down (by a large shard, or by the parent's
-  own work on the same cores) takes fewer, and sends all its results back,
-  pickled, down a pipe of its own: ``os.fork`` and two pipes, where a process
+  The calling process is one of the run's processes: once it asks for the
+  results, it takes items too. Each process takes the next items not yet
+  taken, from a pipe of numbers they share, so that one slowed down (by a
+  large shard, or by the parent's own work on the same cores) takes fewer.
+  Each worker sends each result, pickled, down a pipe of its own, which the
+  parent reads between its own items: ``os.fork`` and pipes, where a process
   pool's queues, threads and imports cost a check of a large checkpoint a
   tenth of its time.
 - **Portable (macOS, Windows; Linux with ``SCALAR_SCALES_PORTABLE=1``):**
@@ -70,6 +72,7 @@ class Workers:
 
     kind: Kind
     processes: int = 1
+    """How many processes work at once: for ``fork``, this one and the workers it forks."""
 
     @property
     def pair_hash(self) -> Callable[[tuple[str, str]], int]:
