@@ -117,8 +117,7 @@ def shard_names(
     index, parsed; ``label(name)``: how errors name a file.
     """
     if is_listed(INDEX_NAME):
-        weight_map = weight_map_of(read_index(), label(INDEX_NAME))
-        names = sorted(set(weight_map.values()))
+        weight_map, names = weight_map_of(read_index(), label(INDEX_NAME))
         if missing := [name for name in names if not is_listed(name)]:
             raise CheckpointError(label(missing[0]), f"named in {INDEX_NAME} but missing")
         return names, weight_map
@@ -127,8 +126,9 @@ def shard_names(
     raise CheckpointError(root, f"holds neither {INDEX_NAME} nor {SINGLE_FILE_NAME}")
 
 
-def weight_map_of(index: dict[str, Any], path: str | os.PathLike[str]) -> dict[str, str]:
-    """The index's ``weight_map``: every tensor's shard, each a ``.safetensors`` file in the index's folder.
+def weight_map_of(index: dict[str, Any], path: str | os.PathLike[str]) -> tuple[dict[str, str], list[str]]:
+    """The index's ``weight_map``: every tensor's shard, each a ``.safetensors`` file in the index's folder; and
+    those shards' names, sorted.
 
     Parsed as JSON: file names that appear anywhere else in the index (its
     ``metadata``, say) are not shards, and a name that leads out of the
@@ -138,13 +138,16 @@ def weight_map_of(index: dict[str, Any], path: str | os.PathLike[str]) -> dict[s
     weight_map = index.get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         raise CheckpointError(path, "weight_map is missing or not an object mapping tensors to shard files")
-    names = weight_map.values()
-    if set(map(type, names)) != {str} or not all(map(_is_shard_name, set(names))):
+    try:
+        names = set(weight_map.values())
+    except TypeError:  # an array or an object where a file name should be
+        names = set()
+    if not names or not all(map(_is_shard_name, names)):
         tensor, name = next((t, n) for t, n in weight_map.items() if not _is_shard_name(n))
         raise CheckpointError(
             path, f"weight_map maps {tensor!r} to {name!r}, which is not a .safetensors file in this folder"
         )
-    return weight_map
+    return weight_map, sorted(names)
 
 
 def _is_shard_name(name: object) -> bool:
