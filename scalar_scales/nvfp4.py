@@ -114,9 +114,9 @@ class ProducerLayout:
         """Whether a tensor is one of this layout's per-tensor scales, by its name."""
         return tensor.endswith(self.scale_suffixes)
 
-    def other_convention_bound(self, leaf: str) -> tuple[float, bool]:
-        """Past what bound a positive scale's value makes sense only in the other producer's convention: the bound,
-        and whether that is below it (else above).
+    def other_convention_bound(self, leaf: str) -> float:
+        """Past what bound a positive scale's value makes sense only in the other producer's convention: below it
+        where :attr:`other_convention_below`, else above it.
 
         In compressed-tensors' ``(6 * 448) / amax`` a weight global scale below
         1 means weights of magnitude over 2688, and an input global scale
@@ -124,7 +124,12 @@ class ProducerLayout:
         ModelOpt's ``amax / (6 * 448)`` the same holds the other way round.
         """
         limit = 1.0 if leaf == self.weight_global else SCALE_NUMERATOR / _FLOAT16_MAX
-        return (limit, True) if self.divisor else (1.0 / limit, False)
+        return limit if self.divisor else 1.0 / limit
+
+    @property
+    def other_convention_below(self) -> bool:
+        """Whether a value below :meth:`other_convention_bound` is the other convention's (else one above)."""
+        return self.divisor
 
 
 COMPRESSED_TENSORS_LAYOUT = ProducerLayout(

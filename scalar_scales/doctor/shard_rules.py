@@ -298,11 +298,9 @@ def _scale_findings(
     if "NV301" in codes:
         flagged.append(("NV301", _invalid_value_message, list(map(operator.not_, valid))))
     if "NV302" in codes and layout is not None:
-        other = [False] * len(values)
-        for leaf in layout.leaves[2:]:
-            bound, below = layout.other_convention_bound(leaf)
-            outside = map(operator.gt if below else operator.lt, repeat(bound), values)
-            other = list(map(operator.or_, other, map(operator.and_, map(leaf.__eq__, leaves), outside)))
+        bound_of = {leaf: layout.other_convention_bound(leaf) for leaf in layout.leaves[2:]}
+        bounds = list(map(bound_of.get, leaves, repeat(math.nan)))  # NaN: a scale --include adds, of no convention
+        other = map(operator.lt if layout.other_convention_below else operator.gt, values, bounds)
         flagged.append(("NV302", _other_convention_message, list(map(operator.and_, valid, other))))
     for code, message, mask in flagged:
         at = list(compress(range(len(values)), mask))

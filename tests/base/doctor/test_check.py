@@ -140,6 +140,23 @@ def test_a_weight_scale_below_1_is_reported_as_the_reciprocal_convention(clean):
     assert "ModelOpt's amax/(6*448)" in finding["message"]
 
 
+def test_a_scale_include_adds_is_checked_for_invalid_values_and_not_for_a_convention(clean):
+    """0.05 would be the other convention for a weight global scale; a KV-cache scale has none of NVFP4's."""
+    names = {"model.layers.0.self_attn.k_scale": 0.05, "model.layers.0.self_attn.v_scale": 0.0}
+    shard = shard_of(clean, f"{EXPERT}.gate_proj.weight_packed")
+
+    def add(tensors):
+        for name, value in names.items():
+            tensors[name] = {"dtype": "F32", "shape": [], "data": struct.pack("<f", value)}
+
+    rewrite_shard(shard, add)
+    index = json.loads((clean / INDEX_NAME).read_text())
+    index["weight_map"].update(dict.fromkeys(names, shard.name))
+    (clean / INDEX_NAME).write_text(json.dumps(index))
+    result = run_cli("check", clean, "--json", "--include", "*.[kv]_scale", "--select", "NV3")
+    assert [(f["code"], f["tensor"]) for f in findings(result)] == [("NV301", "model.layers.0.self_attn.v_scale")]
+
+
 def test_warnings_exit_0_and_strict_makes_them_exit_1(clean):
     index_path = clean / "model.safetensors.index.json"
     index = json.loads(index_path.read_text())
