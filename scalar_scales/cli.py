@@ -195,7 +195,7 @@ def _check(args: argparse.Namespace) -> int:
         args.parser.error(str(exc))
     opened = open_checkpoint(args.path)
     fetched = opened.source if isinstance(opened.source, HubShards) else None
-    report = CheckReport(diagnose(opened, include=args.include, codes=codes), codes, args.strict, fetched)
+    report = CheckReport(diagnose(opened, include=args.include, codes=codes), args.strict, fetched)
     if args.json:
         _emit(json.dumps(report.document(with_scales=args.list), indent=2, allow_nan=False))
     else:

@@ -110,10 +110,6 @@ class ProducerLayout:
         """What the producer writes for each tensor of a module, and what vLLM allocates for it."""
         return {self.weight: "U8", self.weight_scale: "F8_E4M3", self.weight_global: "F32", self.input_global: "F32"}
 
-    def is_scale(self, tensor: str) -> bool:
-        """Whether a tensor is one of this layout's per-tensor scales, by its name."""
-        return tensor.endswith(self.scale_suffixes)
-
     def other_convention_bound(self, leaf: str) -> float:
         """Past what bound a positive scale's value makes sense only in the other producer's convention: below it
         where :attr:`other_convention_below`, else above it.

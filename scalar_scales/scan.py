@@ -174,10 +174,12 @@ def scan_shards(
     declared = opened.declared
     likely = list(checkpoint.likely_files)
     workers = workers_for(len(likely), network=source.network)
+    undecided = declared is None or not declared.is_nvfp4
     job = partial(
         _scan_shard,
         source=source,
-        layout=_UNDECIDED if declared is None or not declared.is_nvfp4 else declared_layout(declared),
+        layout=None if undecided else declared_layout(declared),
+        held_layout=undecided,
         include=tuple(include),
         read_values=read_values,
         work=work,
@@ -201,11 +203,6 @@ def scan_shards(
         return CheckpointScan(checkpoint, config, declared, shards)
     index_errors = _index_errors(checkpoint, shards, source, listed)
     return CheckpointScan(checkpoint, config, declared, shards, index_errors)
-
-
-_UNDECIDED = "undecided"
-"""A checkpoint whose config declares no NVFP4 (or that has no config): its layout is the one whose scales its
-shards hold, so that NVFP4 tensors a config does not declare are still found."""
 
 
 def declared_layout(declared: Declaration) -> ProducerLayout | None:
@@ -278,19 +275,21 @@ def _scan_shard(
     file: Any,
     *,
     source: ShardSource,
-    layout: ProducerLayout | None | str,
+    layout: ProducerLayout | None,
+    held_layout: bool,
     include: tuple[str, ...],
     read_values: bool,
     work: ShardWork | None,
     pair_hash: Callable[[tuple[str, str]], int] | None,
 ) -> ShardScan:
-    """One shard's job; ``pair_hash`` None: the index is not checked, so no digest is taken."""
+    """One shard's job. ``held_layout``: the shard's layout is the one whose scales it holds, for a checkpoint
+    whose config declares no NVFP4 (or that has no config), so that NVFP4 tensors a config does not declare are
+    still found. ``pair_hash`` None: the index is not checked, so no digest is taken."""
     header = source.read_header(file)
     names = header.names
     index_digest = (0, 0) if pair_hash is None else _digest(names, repeat(shard_name(header.path)), pair_hash)
-    if layout == _UNDECIDED:
+    if held_layout:
         layout = _held_layout(names)
-    assert not isinstance(layout, str)
     indices = [] if layout is None else ending_with(names, layout.scale_suffixes)
     if include:
         indices = sorted({*indices, *(i for i, name in enumerate(names) if _included(name, include))})

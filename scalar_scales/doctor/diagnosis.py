@@ -20,11 +20,13 @@ __all__ = ["Diagnosis", "diagnose"]
 
 @dataclass(frozen=True)
 class Diagnosis:
-    """What the scan read, what the config declares of each module, and the findings of the rules applied."""
+    """What the scan read, what the config declares of each module, and the findings of the rules ``codes``."""
 
     scan: CheckpointScan
     expectations: Expectations
     findings: Findings
+    codes: frozenset[str]
+    """The rules asked for (``--select``, ``--ignore``)."""
 
     @property
     def modules(self) -> Counter[tuple[str | None, Kind]]:
@@ -44,4 +46,4 @@ def diagnose(
     expectations = expectations_of(opened.declared)
     index = not {"NV501", "NV502"}.isdisjoint(codes)
     scan = scan_shards(opened, include=include, work=ShardChecks(expectations, frozenset(codes)), index=index)
-    return Diagnosis(scan, expectations, checkpoint_findings(scan, expectations, codes))
+    return Diagnosis(scan, expectations, checkpoint_findings(scan, expectations, codes), frozenset(codes))

@@ -46,15 +46,17 @@ class CheckReport:
     """What a check reports of a :class:`Diagnosis`: the findings of the rules selected, and the exit code."""
 
     diagnosis: Diagnosis
-    codes: frozenset[str] = frozenset(RULES)
-    """The rules selected (``--select``, ``--ignore``)."""
     strict: bool = False
     fetched: FetchCounter | None = None
 
-    @cached_property
+    @property
+    def codes(self) -> frozenset[str]:
+        """The rules selected (``--select``, ``--ignore``)."""
+        return self.diagnosis.codes
+
+    @property
     def reported(self) -> Findings:
-        """The findings of the selected rules (a diagnosis may hold other rules' too)."""
-        return self.diagnosis.findings.selected(self.codes)
+        return self.diagnosis.findings
 
     @cached_property
     def counts(self) -> Counter[str]:

@@ -203,7 +203,7 @@ def break_legacy_scales(checkpoint: Path, layout: ProducerLayout, module: str = 
 
         def reshape(header: dict[str, Any]) -> None:
             for name, entry in header.items():
-                if layout.is_scale(name):
+                if name.endswith(layout.scale_suffixes):
                     entry["shape"] = [1]
 
         for shard in _shards(checkpoint):
@@ -248,7 +248,7 @@ def break_uncalibrated_expert(checkpoint: Path, layout: ProducerLayout, module: 
 
 def break_reciprocal_convention(checkpoint: Path, layout: ProducerLayout, module: str = EXPERT) -> str:
     """Every global scale written in the other producer's convention: the reciprocal of this layout's value."""
-    _set_values(checkpoint, lambda name, value: 1.0 / value if layout.is_scale(name) else None)
+    _set_values(checkpoint, lambda name, value: 1.0 / value if name.endswith(layout.scale_suffixes) else None)
     return f"{module}.down_proj.{layout.weight_global}"
 
 
