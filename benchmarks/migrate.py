@@ -130,7 +130,7 @@ def measure(root: Path, gigabytes: float, repeats: int, baseline: Path | None = 
     os.sync()  # otherwise migrate's first fsync pays for flushing the generator's data
     in_process, commands, checks, legacy_checks, check_in_process, reads = [], [], [], [], [], []
     before: dict[str, list[float]] = {key: [] for key in BASELINED}
-    env = {"PYTHONPATH": str(baseline)}
+    env = {"PYTHONPATH": str(baseline), "PYTHONSAFEPATH": "1"}  # else `-m` puts the working folder first
     for _ in range(repeats):
         in_process.append(timed(lambda: migrate_checkpoint(checkpoint)))
         migrate_checkpoint(checkpoint, to="legacy")
