@@ -218,7 +218,7 @@ class _ForkedRun(Generic[_T]):
         try:
             for worker in self._workers:
                 os.set_blocking(worker.read, False)
-            self._take(_take_shares(self._job, self._items, self._numbers, Exception, self._keep, self._take_sent))
+            self._end(*_take_shares(self._job, self._items, self._numbers, Exception, self._keep, self._take_sent))
             for worker in self._workers:
                 os.set_blocking(worker.read, True)
                 while not worker.ended:
@@ -232,8 +232,8 @@ class _ForkedRun(Generic[_T]):
     def _keep(self, index: int, result: Any) -> None:
         self._results[index] = result
 
-    def _take(self, end: tuple[int, BaseException | None]) -> None:
-        index, error = end
+    def _end(self, index: int, error: BaseException | None) -> None:
+        """A process's end: the index of its last item, and the error that item raised, if one did."""
         if error is not None:
             self._failures.append((index, error))
 
@@ -247,9 +247,9 @@ class _ForkedRun(Generic[_T]):
         try:
             for is_end, index, value in worker.receive():
                 if is_end:
-                    self._take((index, value))
+                    self._end(index, value)
                 else:
-                    self._results[index] = value
+                    self._keep(index, value)
         except BlockingIOError:
             pass
 
