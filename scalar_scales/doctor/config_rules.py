@@ -188,7 +188,7 @@ def _weight_only_message(group: str, leaf: str) -> str:
 
 _KV_MISSING = (
     "the config declares quantized KV-cache scales (kv_cache_scheme, kv_cache_quant_algo), but no shard holds a "
-    "k_scale or v_scale: vLLM quantizes the KV cache with its default scales (observed: other tokens)"
+    "k_scale or v_scale: vLLM starts and serves without them (observed: other tokens)"
 )
 _KV_UNDECLARED = (
     "but the config declares no KV-cache quantization: vLLM serves the checkpoint as without them (observed)"
