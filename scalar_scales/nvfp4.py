@@ -41,7 +41,6 @@ __all__ = [
     "NVFP4_FORMAT",
     "SCALAR_FORMAT_VERSION",
     "SCALE_NUMERATOR",
-    "TENSOR_DTYPES",
     "ProducerLayout",
     "Producer",
     "is_global_scale",
@@ -70,12 +69,16 @@ SCALE_NUMERATOR = FP4_E2M1_MAX * FP8_E4M3_MAX
 
 
 def is_global_scale(tensor_name: str) -> bool:
-    """Whether a tensor (a checkpoint entry, a parameter or a state-dict key) is a per-tensor global scale.
+    """Whether a tensor (a checkpoint entry, a parameter or a state-dict key) is one of compressed-tensors'
+    per-tensor global scales: its name ends with a suffix of :data:`COMPRESSED_TENSORS_LAYOUT`'s
+    ``scale_suffixes``.
 
-    The one definition every package uses: the command line, the producer
-    patch and the test kit.
+    The producer patch, the test kit, the benchmarks and the tests of
+    compressed-tensors artifacts use it. The command line does not: it asks
+    the layout each checkpoint declares (:attr:`ProducerLayout.scale_suffixes`),
+    which for compressed-tensors is this same test.
     """
-    return tensor_name.endswith(GLOBAL_SCALE_SUFFIX)
+    return tensor_name.endswith(COMPRESSED_TENSORS_LAYOUT.scale_suffixes)
 
 
 _FLOAT16_MAX = 65504.0
@@ -145,5 +148,3 @@ MODELOPT_LAYOUT = ProducerLayout(
     scale_suffixes=(".weight_scale_2", ".input_scale"),
 )
 LAYOUTS = {layout.producer: layout for layout in (COMPRESSED_TENSORS_LAYOUT, MODELOPT_LAYOUT)}
-TENSOR_DTYPES: dict[str, str] = COMPRESSED_TENSORS_LAYOUT.dtypes
-"""What compressed-tensors writes for each NVFP4 tensor of a module, and what vLLM allocates for it."""

@@ -34,7 +34,10 @@ seen, or could be made, to answer:
 
 It listens on 127.0.0.1 in a thread of the test process and counts every
 body byte it sends for a file, so a test can hold the client's own count
-against it.
+against it. A whole file (the reply to a request without a range, or to any
+request where ``ranges`` is False) is sent 64 kB at a time, each chunk
+counted once the socket has taken it: for a client that hangs up on it, the
+count is what its connection took, not the file's size.
 """
 
 from __future__ import annotations
@@ -99,6 +102,8 @@ class ServedBytes:
 _RESOLVE = re.compile(r"/(?P<repo>[^/]+/[^/]+)/resolve/(?P<revision>[^/]+)/(?P<file>.+)")
 _STORAGE = re.compile(r"/storage/(?P<repo>[^/]+/[^/]+)/(?P<revision>[^/]+)/(?P<file>.+)")
 _MODEL_INFO = re.compile(r"/api/models/(?P<repo>[^/]+/[^/]+?)(?:/revision/(?P<revision>[^/]+))?")
+_FILE_CHUNK = 1 << 16
+"""What a whole-file reply writes at a time."""
 _BOMB = gzip.compress(bytes(1 << 30), compresslevel=9)
 """1 GiB of zeros, gzip-compressed (about 1 MB)."""
 
@@ -204,7 +209,7 @@ def serve_hub(repositories: dict[str, HubRepository]) -> Iterator[tuple[str, Ser
             size = file.stat().st_size
             spec = self.headers.get("Range") if repository.ranges else None
             if spec is None:
-                self._send(200, file.read_bytes(), {}, count=True)
+                self._send_file(file, size)
                 return
             match = re.fullmatch(r"bytes=(\d+)-(\d+)", spec)
             assert match, f"unexpected Range {spec!r}"
@@ -229,6 +234,19 @@ def serve_hub(repositories: dict[str, HubRepository]) -> Iterator[tuple[str, Ser
                 self._send(206, _BOMB, {"Content-Range": content_range, "Content-Encoding": "gzip"}, count=True)
                 return
             self._send(206, body, {"Content-Range": content_range}, count=True)
+
+        def _send_file(self, file: Path, size: int) -> None:
+            """The whole file, 200, in chunks, each counted once the socket has taken it: a client that hangs up
+            early is sent little more than what its connection buffers."""
+            self.send_response(200)
+            self.send_header("Content-Length", str(size))
+            self.send_header("Accept-Ranges", "bytes")
+            self.end_headers()
+            with open(file, "rb") as f:
+                while chunk := f.read(_FILE_CHUNK):
+                    self.wfile.write(chunk)
+                    with served.lock:
+                        served.file_bytes += len(chunk)
 
         def _error(self, status: int, code: str, message: str) -> None:
             body = json.dumps({"error": message}).encode()

@@ -1,5 +1,5 @@
-"""One test per defect reported against check and migrate as an attacker tried them (issue 21), each reproduced
-the way it was found; then the classes they belong to.
+"""check and migrate against input an attacker chose: each defect found that way, reproduced the way it was found,
+then the class it belongs to.
 
 Every refusal is one line, with the exit code docs/migrate.md gives it: 2 when nothing changed, 3 when migrate
 changed shards and then stopped, 130 and 143 when interrupted before anything changed.
@@ -52,10 +52,24 @@ def wait_for_first_edit(checkpoint: Path, process: subprocess.Popen[str]) -> Non
     assert process.poll() is None, "the migration ended before its first edit was seen; nothing was tested"
 
 
-# 1. Temporary files followed links.
+def wait_for_signal_handling(process: subprocess.Popen[str]) -> None:
+    """Return once the command has set its SIGTERM handler (Linux's /proc tells), so that a signal sent now is
+    the command's to handle, not the interpreter's default; or once it has ended."""
+    deadline = time.monotonic() + 60
+    while process.poll() is None and time.monotonic() < deadline:
+        try:
+            status = Path(f"/proc/{process.pid}/status").read_text()
+        except OSError:
+            return
+        caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
+        if int(caught.split()[1], 16) & (1 << (signal.SIGTERM - 1)):
+            return
 
 
-def test_1_a_link_planted_where_config_json_s_temporary_file_went_is_never_written_through(tmp_path):
+# Temporary files are new and private, and never written through a link.
+
+
+def test_a_link_planted_where_config_json_s_temporary_file_went_is_never_written_through(tmp_path):
     """As found: the link is planted after the run cleared stale temporary files, before it wrote config.json."""
     checkpoint = write_synthetic_checkpoint(tmp_path / "ckpt", data_bytes=3_000_000)
     outside = tmp_path / "outside"
@@ -71,7 +85,7 @@ def test_1_a_link_planted_where_config_json_s_temporary_file_went_is_never_writt
     assert not config.is_symlink() and json.loads(config.read_text())["quantization_config"]["format_version"] == 2
 
 
-def test_1_a_temporary_file_is_new_private_and_named_as_no_one_can_guess(tmp_path):
+def test_a_temporary_file_is_new_private_and_named_as_no_one_can_guess(tmp_path):
     from scalar_scales.files import create_exclusive
 
     made = [create_exclusive(tmp_path) for _ in range(2)]
@@ -82,7 +96,7 @@ def test_1_a_temporary_file_is_new_private_and_named_as_no_one_can_guess(tmp_pat
     assert {stat.S_IMODE(p.stat().st_mode) for p in (first, second)} == {0o600}
 
 
-# 2. migrate edited every shard, then refused.
+# A config.json that will be refused is refused before any shard changes.
 
 
 def with_config_text(checkpoint: Path, change) -> None:
@@ -101,7 +115,7 @@ DUPLICATES = {
 
 
 @pytest.mark.parametrize("case", list(DUPLICATES))
-def test_2_a_config_json_that_says_a_thing_twice_is_refused_before_any_shard_changes(checkpoint, case):
+def test_a_config_json_that_says_a_thing_twice_is_refused_before_any_shard_changes(checkpoint, case):
     with_config_text(checkpoint, DUPLICATES[case])
     before = snapshot(checkpoint)
     for args in ((), ("--dry-run",)):
@@ -112,10 +126,10 @@ def test_2_a_config_json_that_says_a_thing_twice_is_refused_before_any_shard_cha
     assert snapshot(checkpoint) == before
 
 
-# 6. Output failed after the checkpoint changed.
+# Output that fails once the checkpoint has changed does not fail the migration.
 
 
-def test_6_a_folder_name_the_terminal_cannot_encode_does_not_fail_a_finished_migration(tmp_path):
+def test_a_folder_name_the_terminal_cannot_encode_does_not_fail_a_finished_migration(tmp_path):
     folder = Path(os.fsdecode(os.fsencode(str(tmp_path)) + b"/ckpt-\xff"))
     checkpoint = make_checkpoint(folder)
     result = run_cli("migrate", checkpoint, env={"LC_ALL": "C.UTF-8", "PYTHONIOENCODING": None})
@@ -124,7 +138,7 @@ def test_6_a_folder_name_the_terminal_cannot_encode_does_not_fail_a_finished_mig
     assert run_cli("check", checkpoint, "--quiet").returncode == 0
 
 
-def test_6_a_reader_that_goes_away_does_not_change_migrate_s_exit_code(checkpoint):
+def test_a_reader_that_goes_away_does_not_change_migrate_s_exit_code(checkpoint):
     process = migrate_process(checkpoint)
     assert process.stdout is not None
     process.stdout.close()
@@ -133,7 +147,7 @@ def test_6_a_reader_that_goes_away_does_not_change_migrate_s_exit_code(checkpoin
     assert run_cli("check", checkpoint, "--quiet").returncode == 0
 
 
-# 7. Backtracking patterns from config.json.
+# Patterns from config.json are matched in bounded time, or refused.
 
 
 def with_mixed_groups(checkpoint: Path, target: str) -> str:
@@ -166,7 +180,7 @@ def with_mixed_groups(checkpoint: Path, target: str) -> str:
     return module
 
 
-def test_7_a_backtracking_pattern_from_config_json_is_matched_in_bounded_time(clean):
+def test_a_backtracking_pattern_from_config_json_is_matched_in_bounded_time(clean):
     """``re:model\\.(a+)+b`` against a 48-character name: Python's engine takes about 17.6 s x 4^6 (a day)."""
     with_mixed_groups(clean, r"re:model\.(a+)+b")
     result = subprocess.run(
@@ -178,7 +192,7 @@ def test_7_a_backtracking_pattern_from_config_json_is_matched_in_bounded_time(cl
     assert result.returncode in (0, 1), result.stderr
 
 
-def test_7_a_pattern_no_finite_automaton_matches_is_refused_naming_it(clean):
+def test_a_pattern_no_finite_automaton_matches_is_refused_naming_it(clean):
     with_mixed_groups(clean, r"re:(a)\1")
     line = one_line(run_cli("check", clean))
     assert line == (
@@ -192,10 +206,10 @@ def clean(tmp_path):
     return clean_checkpoint(tmp_path / "clean")
 
 
-# 8. Stale temporary files: every error but ENOENT was fatal.
+# Long shard names, and folders named as temporary files.
 
 
-def test_8_a_shard_name_of_240_characters_is_migrated_in_place(tmp_path):
+def test_a_shard_name_of_240_characters_is_migrated_in_place(tmp_path):
     checkpoint = make_checkpoint(tmp_path / "ckpt", shards=1)
     (only,) = shards(checkpoint)
     long_name = "m" * (240 - len(".safetensors")) + ".safetensors"
@@ -209,7 +223,7 @@ def test_8_a_shard_name_of_240_characters_is_migrated_in_place(tmp_path):
     assert "in place (header only)" in result.stdout
 
 
-def test_8_a_stale_temporary_file_that_cannot_be_removed_is_named(tmp_path):
+def test_a_folder_named_as_a_temporary_file_is_left_alone_and_migrate_succeeds(tmp_path):
     checkpoint = make_checkpoint(tmp_path / "ckpt")
     stale = checkpoint / ".scalar-scales-0123456789abcdef.tmp"
     stale.mkdir()
@@ -220,10 +234,10 @@ def test_8_a_stale_temporary_file_that_cannot_be_removed_is_named(tmp_path):
     assert stale.is_dir(), "a folder of a temporary file's name is left alone"
 
 
-# 9. migrate "" migrated the current directory.
+# An empty path names no checkpoint, not the current folder.
 
 
-def test_9_an_empty_path_is_refused_and_the_current_folder_is_left_alone(checkpoint):
+def test_an_empty_path_is_refused_and_the_current_folder_is_left_alone(checkpoint):
     before = snapshot(checkpoint)
     for command in ("migrate", "check"):
         result = subprocess.run(
@@ -235,11 +249,11 @@ def test_9_an_empty_path_is_refused_and_the_current_folder_is_left_alone(checkpo
     assert snapshot(checkpoint) == before
 
 
-# 10. A config.json that is a dangling link or a folder was treated as absent.
+# A config.json that is not a file is refused, not taken for absent.
 
 
 @pytest.mark.parametrize("kind", ["a dangling link", "a folder"])
-def test_10_a_config_json_that_is_not_a_file_is_refused_by_both_commands(checkpoint, kind):
+def test_a_config_json_that_is_not_a_file_is_refused_by_both_commands(checkpoint, kind):
     config = checkpoint / "config.json"
     config.unlink()
     if kind == "a folder":
@@ -252,10 +266,10 @@ def test_10_a_config_json_that_is_not_a_file_is_refused_by_both_commands(checkpo
     assert snapshot(checkpoint) == before
 
 
-# 11. Smaller defects.
+# What migrate says, usage errors, shards that are not files, and interrupts.
 
 
-def test_11_a_migration_that_rewrites_every_shard_says_none_was_edited_in_place(checkpoint):
+def test_a_migration_that_rewrites_every_shard_says_none_was_edited_in_place(checkpoint):
     for shard in shards(checkpoint):
         rewrite_header(
             shard, lambda h: {n: (s | {"shape": []} if n.endswith("_global_scale") else s) for n, s in h.items()}
@@ -265,14 +279,14 @@ def test_11_a_migration_that_rewrites_every_shard_says_none_was_edited_in_place(
     assert result.stdout.rstrip().endswith("in 3 of 3 shards (3 rewritten to new files)")
 
 
-def test_11_a_usage_error_is_one_line_naming_the_command(checkpoint):
+def test_a_usage_error_is_one_line_naming_the_command(checkpoint):
     line = one_line(run_cli("check", checkpoint, "--select", "NV999"))
     assert line.startswith("scalar-scales check: error: unknown rule code 'NV999'")
     assert line.endswith("(see scalar-scales check --help)")
 
 
 @pytest.mark.parametrize("kind", ["a folder", "a FIFO"])
-def test_11_a_shard_that_is_not_a_file_is_refused_as_what_it_is(checkpoint, kind):
+def test_a_shard_that_is_not_a_file_is_refused_as_what_it_is(checkpoint, kind):
     victim = shards(checkpoint)[1]
     victim.unlink()
     if kind == "a folder":
@@ -283,7 +297,7 @@ def test_11_a_shard_that_is_not_a_file_is_refused_as_what_it_is(checkpoint, kind
         assert one_line(run_cli(command, checkpoint)) == f"scalar-scales: error: {victim}: is {kind}, not a file"
 
 
-def test_11_ctrl_c_while_shards_are_edited_says_what_changed_and_a_rerun_finishes(tmp_path, sigint_reaches_children):
+def test_ctrl_c_while_shards_are_edited_says_what_changed_and_a_rerun_finishes(tmp_path, sigint_reaches_children):
     checkpoint = write_synthetic_checkpoint(tmp_path / "ckpt", data_bytes=3_000_000)
     process = migrate_process(checkpoint)
     wait_for_first_edit(checkpoint, process)
@@ -300,11 +314,11 @@ def test_11_ctrl_c_while_shards_are_edited_says_what_changed_and_a_rerun_finishe
 
 
 @pytest.mark.parametrize(("name", "code"), [("SIGINT", 130), ("SIGTERM", 143)])
-def test_11_an_interrupt_before_any_change_is_one_line_and_changes_nothing(tmp_path, name, code):
+def test_an_interrupt_before_any_change_is_one_line_and_changes_nothing(tmp_path, name, code):
     checkpoint = write_synthetic_checkpoint(tmp_path / "ckpt", data_bytes=3_000_000)
     before = snapshot(checkpoint)
     process = migrate_process(checkpoint, "--dry-run")
-    time.sleep(0.15)
+    wait_for_signal_handling(process)
     process.send_signal(getattr(signal, name))
     _, stderr = process.communicate(timeout=120)
     if process.returncode == 0:

@@ -1,6 +1,6 @@
-"""``check hf://`` against a hostile server (issue 21: defects 3, 4, 5 and two of 11, each as found): timeouts,
-replies checked against what was asked, bounded memory, one line for every malformed reply, one commit, no byte
-twice. The server is the test kit's Hub stand-in, misbehaving on request."""
+"""``check hf://`` against a hostile server, each defect reproduced as it was found: timeouts, replies checked
+against what was asked, bounded memory, one line for every malformed reply, one commit, no byte twice. The server
+is the test kit's Hub stand-in, misbehaving on request."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def one_line(result: subprocess.CompletedProcess[str], code: int = 2) -> str:
     return line
 
 
-# 3. hf:// had no timeout.
+# A server that never answers: its timeout, or Ctrl-C, ends the check with one line.
 
 
 def hub_check(tmp_path: Path, repository: HubRepository, *args: str, **env: str):
@@ -38,20 +38,20 @@ def hub_check(tmp_path: Path, repository: HubRepository, *args: str, **env: str)
     return result, served
 
 
-def test_3_a_server_that_never_answers_model_info_times_out_as_huggingface_hub_says(tmp_path):
+def test_a_server_that_never_answers_model_info_times_out_as_huggingface_hub_says(tmp_path):
     repository = HubRepository({"main": clean_checkpoint(tmp_path / "ckpt")}, misbehave="hang")
     line = one_line(hub_check(tmp_path, repository, HF_HUB_ETAG_TIMEOUT="1")[0])
     assert line.startswith("scalar-scales: error: hf://org/model: the Hub did not answer in time")
 
 
-def test_3_a_server_that_never_answers_a_range_read_times_out_as_huggingface_hub_says(tmp_path):
+def test_a_server_that_never_answers_a_range_read_times_out_as_huggingface_hub_says(tmp_path):
     repository = HubRepository({"main": clean_checkpoint(tmp_path / "ckpt")}, misbehave="hang-files")
     line = one_line(hub_check(tmp_path, repository, HF_HUB_DOWNLOAD_TIMEOUT="1")[0])
     assert line.startswith("scalar-scales: error: hf://org/model/")
     assert "the Hub did not answer in time" in line
 
 
-def test_3_ctrl_c_during_a_hung_read_ends_the_check_at_once_with_one_line(tmp_path, sigint_reaches_children):
+def test_ctrl_c_during_a_hung_read_ends_the_check_at_once_with_one_line(tmp_path, sigint_reaches_children):
     repository = HubRepository({"main": clean_checkpoint(tmp_path / "ckpt")}, misbehave="hang-files")
     with serve_hub({"org/model": repository}) as (endpoint, served):
         env = {**os.environ, **client_environment(endpoint, tmp_path), "HF_HUB_DOWNLOAD_TIMEOUT": "600"}
@@ -75,7 +75,7 @@ def test_3_ctrl_c_during_a_hung_read_ends_the_check_at_once_with_one_line(tmp_pa
     assert stderr.splitlines() == ["scalar-scales: interrupted (SIGINT); nothing was changed"]
 
 
-# 4. A 206 reply's body was never checked against the range asked for.
+# A 206 reply's body is checked against the range asked for.
 
 
 def scales_beyond_the_first_read(folder: Path) -> Path:
@@ -113,7 +113,7 @@ def limited_memory() -> None:
         ("short", "bytes of the "),
     ],
 )
-def test_4_a_range_reply_that_is_not_the_range_asked_for_is_refused_in_bounded_memory(tmp_path, misbehave, problem):
+def test_a_range_reply_that_is_not_the_range_asked_for_is_refused_in_bounded_memory(tmp_path, misbehave, problem):
     """As found: from offset 0 it invented NV301-NV303; oversized and inflated bodies were accepted into memory
     (725 MB, 6.3 GB); a short one gave a struct.error traceback."""
     repository = HubRepository({"main": scales_beyond_the_first_read(tmp_path / "ckpt")}, misbehave=misbehave)
@@ -131,7 +131,7 @@ def test_4_a_range_reply_that_is_not_the_range_asked_for_is_refused_in_bounded_m
     assert line.startswith("scalar-scales: error: hf://org/model/model-0000") and problem in line
 
 
-# 5. Tracebacks on hf://, with exit 1.
+# A malformed reply, repository id or endpoint is one line, exit 2.
 
 
 @pytest.mark.parametrize(
@@ -143,25 +143,28 @@ def test_4_a_range_reply_that_is_not_the_range_asked_for_is_refused_in_bounded_m
         ("a-list", "the Hub's model-info reply is not a JSON object"),
     ],
 )
-def test_5_a_malformed_model_info_reply_is_one_line(tmp_path, misbehave, problem):
+def test_a_malformed_model_info_reply_is_one_line(tmp_path, misbehave, problem):
     repository = HubRepository({"main": clean_checkpoint(tmp_path / "ckpt")}, misbehave=misbehave)
     line = one_line(hub_check(tmp_path, repository)[0])
     assert line == f"scalar-scales: error: hf://org/model: {problem}" or problem in line
 
 
 @pytest.mark.parametrize("repo", ["org/a..b", "-x/y", "org/" + "n" * 97, "org/na\x01me"])
-def test_5_a_repository_id_huggingface_hub_rejects_is_one_line(tmp_path, repo):
+def test_a_repository_id_huggingface_hub_rejects_is_one_line(tmp_path, repo):
     line = one_line(run_cli("check", f"hf://{repo}", env={"HF_HOME": str(tmp_path), "HF_HUB_OFFLINE": "0"}))
     assert "not a repository id huggingface_hub accepts" in line
 
 
-def test_5_an_endpoint_that_is_not_a_url_is_one_line(tmp_path):
+def test_an_endpoint_that_is_not_a_url_is_one_line(tmp_path):
     env = {"HF_ENDPOINT": "http://[::1", "HF_HOME": str(tmp_path), "HF_HUB_OFFLINE": "0"}
     line = one_line(run_cli("check", "hf://org/model", env=env))
     assert line.startswith("scalar-scales: error: hf://org/model: ")
 
 
-def test_11_every_read_of_a_check_is_pinned_to_the_commit_model_info_named(tmp_path):
+# One commit, and no byte twice.
+
+
+def test_every_read_of_a_check_is_pinned_to_the_commit_model_info_named(tmp_path):
     """A push lands between model info and the reads: the files read are still the commit's."""
     clean = clean_checkpoint(tmp_path / "clean")
     legacy = make_checkpoint(tmp_path / "legacy")
@@ -176,7 +179,7 @@ def test_11_every_read_of_a_check_is_pinned_to_the_commit_model_info_named(tmp_p
     assert not any("/resolve/main/" in path for path, _ in served.requests)
 
 
-def test_11_no_byte_is_fetched_twice(tmp_path):
+def test_no_byte_is_fetched_twice(tmp_path):
     """Small shards: each one's first read holds its scale bytes, so every file is fetched once, whole."""
     checkpoint = clean_checkpoint(tmp_path / "ckpt")
     result, served = hub_check(tmp_path, HubRepository({"main": checkpoint}), "--json")

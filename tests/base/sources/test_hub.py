@@ -118,12 +118,18 @@ def test_a_corrupt_remote_shard_is_one_line_naming_its_address(tmp_path):
 
 
 def test_a_server_that_ignores_ranges_is_refused_without_reading_the_file(tmp_path):
-    checkpoint = clean_checkpoint(tmp_path / "ckpt")
-    with serve_hub({"org/model": HubRepository({"main": checkpoint}, ranges=False)}) as (endpoint, _):
+    """A 256 MB shard answered whole (200): the client hangs up at the status line, so the server gets out
+    no more than the connection buffers (a few MB), never the file."""
+    checkpoint = write_synthetic_checkpoint(tmp_path / "ckpt", data_bytes=256 << 20, layers=1, shards=1, sparse=True)
+    (shard,) = shards(checkpoint)
+    small = sum(p.stat().st_size for p in checkpoint.iterdir() if p != shard)
+    with serve_hub({"org/model": HubRepository({"main": checkpoint}, ranges=False)}) as (endpoint, served):
         result = run_cli("check", "hf://org/model", env=client_environment(endpoint, tmp_path))
     assert result.returncode == 2
     assert result.stderr.endswith("the server answered a range request with HTTP 200, not 206\n")
     assert len(result.stderr.splitlines()) == 1
+    assert shard.stat().st_size > 256 << 20
+    assert served.file_bytes - small < 0.1 * shard.stat().st_size
 
 
 def test_offline_mode_is_honoured(tmp_path):
