@@ -1,4 +1,4 @@
-"""The ``scalar-scales`` command: ``check`` and ``migrate``.
+"""The ``scalar-scales`` command: ``check``, ``rule`` and ``migrate``.
 
 It never imports torch and has no dependency (``check hf://`` needs the
 ``hub`` extra). The demo, which needs llm-compressor, is the producer
@@ -30,7 +30,15 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from scalar_scales.doctor import SHOWN_PER_RULE, CheckReport, diagnose, selected_codes
+from scalar_scales.doctor import (
+    RULES,
+    SHOWN_PER_RULE,
+    CheckReport,
+    diagnose,
+    reference_document,
+    rule_reference,
+    selected_codes,
+)
 from scalar_scales.environment import SwitchValueError
 from scalar_scales.errors import CheckpointError, Interrupted, StoppedAfterWriting
 from scalar_scales.nvfp4 import MODELOPT
@@ -66,11 +74,13 @@ def _build_parser() -> argparse.ArgumentParser:
     check = commands.add_parser(
         "check",
         help="find what will go wrong when a server loads an NVFP4 checkpoint (local or hf://)",
-        description="Apply every rule (docs/check.md) to a checkpoint's headers and scale values: legacy (1,) "
-        "scales, a marker that disagrees, missing or invalid global scales, the reciprocal convention, fused "
-        "partners with different scales, weight_scale shapes, dtypes, and an index that disagrees with its shards. "
-        "Exit 0 when no error is found, 1 when one is (with --strict, also a warning), 2 when the checkpoint is "
-        "unreadable.",
+        description="Apply every rule (docs/rules.md; scalar-scales rule CODE) to a checkpoint's headers, scale "
+        "values and config: legacy (1,) scales and the marker (NV1), missing tensors (NV2), invalid values, the "
+        "other producer's convention and fused partners with different scales (NV3), weight_scale shapes and "
+        "dtypes (NV4), an index that disagrees with its shards (NV5), and what config.json declares against what "
+        "the shards hold: ignored or untargeted NVFP4 modules, input scales of weight-only groups, KV-cache scales, "
+        "undeclared NVFP4 (NV6). Exit 0 when no error is found, 1 when one is (with --strict, also a warning), 2 "
+        "when the checkpoint is unreadable.",
     )
     check.set_defaults(parser=check)
     check.add_argument("path", help="checkpoint folder, .safetensors file, or hf://ORG/NAME[@REVISION]")
@@ -86,6 +96,15 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("-q", "--quiet", action="store_true", help="print only the summary line")
     check.add_argument("--include", action="append", default=[], metavar="GLOB", help="also these per-tensor scales")
+
+    rule = commands.add_parser(
+        "rule",
+        help="print a rule's reference: what it finds, its severity and effect, its fix, the evidence",
+        description="Print the reference of each rule named (docs/rules.md is --all). Exit 2 for an unknown code.",
+    )
+    rule.set_defaults(parser=rule)
+    rule.add_argument("codes", nargs="*", metavar="CODE", help="a rule's code, such as NV101")
+    rule.add_argument("--all", action="store_true", help="every rule: the reference docs/rules.md holds")
 
     migrate = commands.add_parser(
         "migrate",
@@ -148,6 +167,8 @@ def _run(args: argparse.Namespace) -> int:
     try:
         if args.command == "check":
             return _check(args)
+        if args.command == "rule":
+            return _rule(args)
         return _migrate(args)
     except (CheckpointError, SwitchValueError) as exc:
         print(f"scalar-scales: error: {exc}", file=sys.stderr)
@@ -202,6 +223,19 @@ def _check(args: argparse.Namespace) -> int:
         lines = [report.summary()] if args.quiet else report.lines(show_all=args.show_all, with_scales=args.list)
         _emit("\n".join(lines))
     return report.exit_code
+
+
+def _rule(args: argparse.Namespace) -> int:
+    if args.all == bool(args.codes):
+        args.parser.error("name one or more rule codes, or --all")
+    if args.all:
+        _emit(reference_document().rstrip("\n"))
+        return 0
+    codes = [code.upper() for code in args.codes]
+    if unknown := [code for code in codes if code not in RULES]:
+        args.parser.error(f"unknown rule code {unknown[0]!r}; the rules are {', '.join(RULES)}")
+    _emit("\n".join(rule_reference(RULES[code]) for code in codes).rstrip("\n"))
+    return 0
 
 
 def _migrate(args: argparse.Namespace) -> int:

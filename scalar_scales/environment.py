@@ -46,8 +46,8 @@ SWITCHES: dict[str, Switch] = {
         Switch(
             "SCALAR_SCALES_PORTABLE",
             False,
-            "the command line: `1` takes the paths every operating system has (spawned worker processes that watch "
-            "their parent, a lock file, plain reads and writes) even on Linux, where faster ones exist. The tests "
+            "the command line: `1` takes the paths every operating system has (a lock file, plain reads and writes) "
+            "even on Linux, where faster ones exist. The tests "
             "set it to run what macOS and Windows run.",
         ),
     )

@@ -48,15 +48,15 @@ from typing import Any
 from scalar_scales.errors import CheckpointError, Interrupted, StoppedAfterWriting
 from scalar_scales.files.config_marker import MarkerEdit, plan_format_version, write_planned
 from scalar_scales.files.durable import os_errors_named, remove_stale, replaced
-from scalar_scales.files.header import SafetensorsHeader, file_identity
+from scalar_scales.files.header import file_identity
 from scalar_scales.files.header_edit import HeaderEdit, Layout, plan_header_edit
 from scalar_scales.nvfp4 import LEGACY_FORMAT_VERSION, MODELOPT, NVFP4_FORMAT, SCALAR_FORMAT_VERSION, Producer
-from scalar_scales.scan import CheckpointScan, ShardScales, scan_shards
+from scalar_scales.scan import CheckpointScan, scan_shards
 from scalar_scales.sources.local import Checkpoint, open_local, resolve_checkpoint
 from scalar_scales.system.fileops import copy_range, no_follow, write_at
 from scalar_scales.system.lock import FolderLocked, folder_lock
 
-__all__ = ["EditPlanner", "MigrationReport", "checkpoint_lock", "migrate_checkpoint"]
+__all__ = ["MigrationReport", "checkpoint_lock", "migrate_checkpoint"]
 
 Progress = Callable[[int, int], None]
 WRITERS = 8
@@ -122,17 +122,6 @@ def checkpoint_lock(checkpoint: Checkpoint) -> Iterator[None]:
         yield
 
 
-@dataclass(frozen=True)
-class EditPlanner:
-    """The work a migration gives each shard's job (:class:`scalar_scales.scan.ShardWork`): the header edit
-    that puts its scales into layout ``to``, or None where none is needed."""
-
-    to: Layout
-
-    def __call__(self, header: SafetensorsHeader, scales: ShardScales) -> HeaderEdit | None:
-        return plan_header_edit(header, scales.indices, self.to)
-
-
 def migrate_checkpoint(
     path: str | os.PathLike[str],
     *,
@@ -145,7 +134,7 @@ def migrate_checkpoint(
     """Put every per-tensor scale in scope into layout ``to`` and declare it in ``config.json``."""
     checkpoint = resolve_checkpoint(path)
     with checkpoint_lock(checkpoint):
-        scan = scan_shards(open_local(checkpoint), include=include, read_values=False, work=EditPlanner(to))
+        scan = scan_shards(open_local(checkpoint), include=include, read_values=False)
         report = _plan(scan, to, include, dry_run)
         if dry_run or not report.changed:
             return report
@@ -155,8 +144,8 @@ def migrate_checkpoint(
 
 
 def _plan(scan: CheckpointScan, to: Layout, include: Sequence[str], dry_run: bool) -> MigrationReport:
-    if scan.index_errors:
-        raise scan.index_errors[0]
+    if scan.index_disagreements:
+        raise scan.index_disagreements[0].error()
     declared = scan.declared
     if declared is not None and declared.producer == MODELOPT:
         return _modelopt_plan(scan, to, include, dry_run)
@@ -166,7 +155,8 @@ def _plan(scan: CheckpointScan, to: Layout, include: Sequence[str], dry_run: boo
             f"quantization format is {scan.quantization_format!r}, not {NVFP4_FORMAT}; migrate changes NVFP4 "
             "global scales only, unless --include GLOB names other per-tensor scales",
         )
-    edits = [shard.work for shard in scan.shards if shard.work is not None]
+    planned = (plan_header_edit(shard.header, shard.indices, to) for shard in scan.shards)
+    edits = [edit for edit in planned if edit is not None]
     producer = None if declared is None else declared.producer
     report = MigrationReport(scan.checkpoint, to, dry_run, scan.scale_count, edits, producer=producer)
     if scan.config is not None and declared is not None and declared.is_nvfp4:

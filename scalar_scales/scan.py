@@ -1,65 +1,61 @@
-"""Read every shard of a checkpoint once: its per-tensor scales (name, dtype, shape, value), and whatever else a
-caller asks of each shard's header; then check the index against the shards.
+"""Read every shard of a checkpoint once: its validated header and its per-tensor scales (name, dtype, shape,
+value); and hold the index to the shards.
 
 The scope is the NVFP4 per-tensor scales of the checkpoint's layout
 (:class:`~scalar_scales.nvfp4.ProducerLayout`): compressed-tensors'
 ``*_global_scale``, or ModelOpt's ``weight_scale_2`` and ``input_scale``,
-plus any tensors that ``include`` globs name. The layout is the one the
-config declares; a checkpoint whose config declares no NVFP4, or that has no
-config, has the layout whose scales its shards hold. Values are read straight from the files, so
-that a scale of zero (an expert that never saw a calibration token gets
-``input_global_scale`` 0.0), a negative one, NaN or Inf can be flagged.
+plus any tensors that ``include`` globs name. Values are read straight from
+the files, so that a scale of zero (an expert that never saw a calibration
+token gets ``input_global_scale`` 0.0), a negative one, NaN or Inf can be
+flagged.
 
-Shards are independent, so each is read and validated by one job, and the
-jobs run in worker processes (:mod:`scalar_scales.system.workers`), or in
-threads for a source on the network. A job hands back only its scales, the
-result of the caller's :class:`ShardWork` on its header (the doctor's
-per-shard rules, migrate's planned edit), and a digest of its tensor names,
-never the parsed header: sending a header between processes costs as much
-as parsing it. The digests are checked against the index's ``weight_map``,
-both ways, before anything is reported or written.
-
-The jobs start on the shards the folder holds while this process reads the
-index, which names every tensor of a large MoE: they are nearly always the
-shards it names, and where they are not the jobs run again on those.
+Shards are read one after the other, each through one descriptor
+(:meth:`~scalar_scales.sources.checkpoint.ShardSource.read_shard`), or in
+threads for a source on the network, where each read waits on a server. A
+plain sequential pass is fast enough: parsing the headers is the work, and
+``benchmarks/check.py`` holds it to a bare ``json.loads`` pass.
 """
 
 from __future__ import annotations
 
 import math
-import sys
-from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass, field
+import operator
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from functools import cached_property, partial
+from functools import cached_property
 from itertools import repeat
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 from scalar_scales.errors import CheckpointError
 from scalar_scales.files.header import SafetensorsHeader, ending_with
-from scalar_scales.nvfp4 import COMPRESSED_TENSORS_LAYOUT, LAYOUTS, MODELOPT_LAYOUT, ProducerLayout
-from scalar_scales.sources.checkpoint import INDEX_NAME, CheckpointLocation, OpenedCheckpoint, ShardSource, shard_name
+from scalar_scales.nvfp4 import LAYOUTS, ProducerLayout
+from scalar_scales.sources.checkpoint import (
+    INDEX_NAME,
+    CheckpointLocation,
+    OpenedCheckpoint,
+    ShardRead,
+    shard_name,
+)
 from scalar_scales.sources.declaration import Declaration
-from scalar_scales.system.workers import workers_for
 
 __all__ = [
+    "NETWORK_READERS",
     "CheckpointScan",
+    "IndexDisagreement",
     "ScaleRecord",
-    "ShardScales",
     "ShardScan",
-    "ShardWork",
-    "UnlistedTensor",
-    "declared_layout",
     "scan_shards",
 ]
 
+NETWORK_READERS = 8
+"""Shards read at once from a source on the network."""
+
 
 class ScaleRecord(NamedTuple):
-    """One per-tensor scale: where it is, its shape and its value (``check --list``).
-
-    A named tuple: a large MoE has tens of thousands of them.
-    """
+    """One per-tensor scale: where it is, its shape and its value (``check --list``)."""
 
     file: Path | str
     name: str
@@ -73,55 +69,85 @@ class ScaleRecord(NamedTuple):
         return "scalar" if self.shape == () else "legacy"
 
 
-class ShardScales(NamedTuple):
-    """The per-tensor scales a shard's job found, as columns: header ``indices``, and their names, shapes and
-    values. ``layout``: the shard's NVFP4 layout; None where the checkpoint is not NVFP4."""
+@dataclass(frozen=True)
+class ShardScan:
+    """One shard as the scan read it: its header, and its per-tensor scales in scope as columns (``indices`` into
+    the header, and each one's value)."""
 
+    header: SafetensorsHeader
     indices: list[int]
-    names: list[str]
-    shapes: list[tuple[int, ...]]
     values: list[float | None]
-    layout: ProducerLayout | None
+
+    @property
+    def path(self) -> Path | str:
+        return self.header.path
+
+    @cached_property
+    def names(self) -> list[str]:
+        return list(map(self.header.names.__getitem__, self.indices))
+
+    @cached_property
+    def shapes(self) -> list[tuple[int, ...]]:
+        return list(map(self.header.shapes.__getitem__, self.indices))
+
+    @cached_property
+    def dtypes(self) -> list[str]:
+        return list(map(self.header.dtypes.__getitem__, self.indices))
 
 
-class ShardWork(Protocol):
-    """What a caller does with each shard's header in the shard's job; what it returns travels back in
-    :attr:`ShardScan.work`. It must pickle: jobs may run in spawned processes."""
+class IndexDisagreement(NamedTuple):
+    """A tensor the index and its shard disagree on: ``listed`` True where the index names it and the shard does not
+    hold it, False where the shard holds it and the index does not name it."""
 
-    def __call__(self, header: SafetensorsHeader, scales: ShardScales) -> Any: ...
+    file: Path | str
+    tensor: str
+    listed: bool
 
+    @property
+    def problem(self) -> str:
+        return _LISTED_NOT_HELD if self.listed else _HELD_NOT_LISTED
 
-class ShardScan(NamedTuple):
-    """What one shard's job found: its per-tensor scales (columns), the digest of its tensor names, and the
-    result of the caller's work."""
-
-    path: Path | str
-    names: list[str]
-    dtypes: list[str]
-    shapes: list[tuple[int, ...]]
-    values: list[float | None]
-    index_digest: tuple[int, int]
-    """The shard's tensor names as (count, digest) for its file: what the index is checked against."""
-    work: Any
-    layout: ProducerLayout | None
+    def error(self) -> CheckpointError:
+        return CheckpointError(self.file, self.problem, tensor=self.tensor)
 
 
-@dataclass
+@dataclass(frozen=True)
 class CheckpointScan:
-    """What a scan read: the checkpoint, its config and declaration, each shard's scales, and the index's
-    disagreements with the shards."""
+    """What a scan read: the checkpoint, its configs and declaration, its NVFP4 layout, and each shard."""
 
-    checkpoint: CheckpointLocation
-    config: dict[str, Any] | None
-    declared: Declaration | None
-    """What the configs declare; None without config.json and hf_quant_config.json."""
+    opened: OpenedCheckpoint
+    layout: ProducerLayout | None
+    """The NVFP4 layout of the checkpoint (:func:`checkpoint_layout`); None where it is not NVFP4."""
     shards: list[ShardScan]
-    index_errors: list[CheckpointError] = field(default_factory=list)
-    """Every disagreement between the index and the shards, first to last; ``migrate`` refuses on any."""
+
+    @property
+    def checkpoint(self) -> CheckpointLocation:
+        return self.opened.location
+
+    @property
+    def config(self) -> dict[str, Any] | None:
+        return self.opened.config
+
+    @property
+    def declared(self) -> Declaration | None:
+        """What the configs declare; None without config.json and hf_quant_config.json."""
+        return self.opened.declared
 
     @property
     def scale_count(self) -> int:
-        return sum(len(shard.names) for shard in self.shards)
+        return sum(len(shard.indices) for shard in self.shards)
+
+    @cached_property
+    def global_scale_count(self) -> int:
+        """The scales of the checkpoint's layout (the rest are those ``include`` adds)."""
+        if self.layout is None:
+            return 0
+        suffixes = self.layout.scale_suffixes
+        return sum(sum(map(str.endswith, shard.names, repeat(suffixes))) for shard in self.shards)
+
+    @property
+    def legacy_count(self) -> int:
+        return sum(shard.shapes.count((1,)) for shard in self.shards)
 
     @cached_property
     def scales(self) -> list[ScaleRecord]:
@@ -136,128 +162,130 @@ class CheckpointScan:
         return None if self.declared is None else self.declared.quantization_format
 
     @property
-    def layout(self) -> ProducerLayout | None:
-        """The NVFP4 layout of the checkpoint; None where it is not NVFP4."""
-        return next((shard.layout for shard in self.shards if shard.layout is not None), None)
-
-    @property
-    def is_nvfp4(self) -> bool:
-        """NVFP4 by its config, or, for a lone file without one, by holding one layout's scales."""
-        return self.layout is not None
-
-    @property
     def declared_format_version(self) -> int | None:
         """compressed-tensors' marker (legacy 1 when the key is absent); None without a compressed-tensors
         config."""
         return None if self.declared is None else self.declared.format_version
 
-    @property
-    def legacy_count(self) -> int:
-        return sum(shard.shapes.count((1,)) for shard in self.shards)
+    @cached_property
+    def index_disagreements(self) -> list[IndexDisagreement]:
+        """Every tensor of the index missing from its shard, then every tensor of a shard missing from the index,
+        shard by shard; empty without an index. ``migrate`` refuses on any."""
+        weight_map = self.checkpoint.weight_map
+        if weight_map is None:
+            return []
+        held = sum(len(shard.header.names) for shard in self.shards)
+        if held == len(weight_map) and all(map(_agrees_with(weight_map), self.shards)):
+            return []
+        listed: dict[str, set[str]] = {shard_name(shard.path): set() for shard in self.shards}
+        for tensor, file in weight_map.items():
+            listed[file].add(tensor)
+        found: list[IndexDisagreement] = []
+        for shard in self.shards:
+            names, listed_here = set(shard.header.names), listed[shard_name(shard.path)]
+            found += [IndexDisagreement(shard.path, tensor, True) for tensor in sorted(listed_here - names)]
+            found += [IndexDisagreement(shard.path, tensor, False) for tensor in sorted(names - listed_here)]
+        return found
 
 
-def scan_shards(
-    opened: OpenedCheckpoint,
-    *,
-    include: Sequence[str] = (),
-    read_values: bool = True,
-    work: ShardWork | None = None,
-    index: bool = True,
-) -> CheckpointScan:
-    """Read and validate every shard header, and find the per-tensor scales in scope; run ``work`` on each.
+def scan_shards(opened: OpenedCheckpoint, *, include: Sequence[str] = (), read_values: bool = True) -> CheckpointScan:
+    """Read and validate every shard's header, and find and read the per-tensor scales in scope.
 
     ``read_values``: also read each scale's value (a migration needs only
-    shapes). ``index``: hold the index to the shards (a check that does
-    not apply the index rules leaves ``index_errors`` empty).
+    shapes). Where the config declares no NVFP4 layout, each shard's scales
+    of either layout are read, and the checkpoint's layout is decided once
+    every shard is in (:func:`checkpoint_layout`).
     """
-    checkpoint, config, source = opened.location, opened.config, opened.source
-    declared = opened.declared
-    likely = list(checkpoint.likely_files)
-    workers = workers_for(len(likely), network=source.network)
-    undecided = declared is None or not declared.is_nvfp4
-    job = partial(
-        _scan_shard,
-        source=source,
-        layout=None if undecided else declared_layout(declared),
-        held_layout=undecided,
-        include=tuple(include),
-        read_values=read_values,
-        work=work,
-        pair_hash=workers.pair_hash if index else None,
-    )
-    run = workers.start(job, likely)
-    try:  # the index, read while the shards are
-        files, weight_map = list(checkpoint.files), checkpoint.weight_map
-        listed = (
-            None if not index or weight_map is None else _digest(weight_map, weight_map.values(), workers.pair_hash)
-        )
-    except BaseException:
-        run.cancel()
-        raise
-    if files == likely:
-        shards = run.results()
-    else:  # the folder holds shards its index does not name
-        run.cancel()
-        shards = workers.map(job, files)
-    if listed is None:
-        return CheckpointScan(checkpoint, config, declared, shards)
-    index_errors = _index_errors(checkpoint, shards, source, listed)
-    return CheckpointScan(checkpoint, config, declared, shards, index_errors)
+    declared = declared_layout(opened.declared)
+    candidates = (declared,) if declared is not None else tuple(LAYOUTS.values())
+    suffixes = tuple(suffix for layout in candidates for suffix in layout.scale_suffixes)
+    patterns = tuple(include)
+
+    def select(header: SafetensorsHeader) -> list[int]:
+        chosen = ending_with(header.names, suffixes)
+        if patterns:
+            included = (i for i, name in enumerate(header.names) if _included(name, patterns))
+            chosen = sorted({*chosen, *included})
+        return chosen
+
+    def read(file: Any) -> ShardRead:
+        return opened.source.read_shard(file, select, values=read_values)
+
+    reads = _each(read, opened.location.files, network=opened.source.network)
+    layout = checkpoint_layout(opened.declared, [shard.header.names for shard in reads])
+    kept = () if layout is None else layout.scale_suffixes
+    shards = []
+    for header, indices, values in reads:
+        if declared is None:  # the candidates of the layout it is not: gone, unless included
+            keep = [
+                k
+                for k, i in enumerate(indices)
+                if header.names[i].endswith(kept) or _included(header.names[i], patterns)
+            ]
+            indices, values = [indices[k] for k in keep], [values[k] for k in keep]
+        _check_single_values(header, indices)
+        shards.append(ShardScan(header, indices, values))
+    return CheckpointScan(opened, layout, shards)
 
 
-def declared_layout(declared: Declaration) -> ProducerLayout | None:
+def declared_layout(declared: Declaration | None) -> ProducerLayout | None:
     """The NVFP4 layout a declaration makes a server expect; None where it declares no NVFP4."""
-    return LAYOUTS[declared.producer] if declared.producer is not None and declared.is_nvfp4 else None
+    if declared is None or declared.producer is None or not declared.is_nvfp4:
+        return None
+    return LAYOUTS[declared.producer]
 
 
-def _held_layout(names: list[str]) -> ProducerLayout | None:
-    """The layout a shard holds: compressed-tensors' if it has a global scale, ModelOpt's if it has a
-    ``weight_scale_2``."""
-    for layout in (COMPRESSED_TENSORS_LAYOUT, MODELOPT_LAYOUT):
-        if any(map(str.endswith, names, repeat(layout.scale_suffixes[0]))):
-            return layout
+def checkpoint_layout(declared: Declaration | None, shards: Sequence[list[str]]) -> ProducerLayout | None:
+    """The one decision of a checkpoint's NVFP4 layout: the one its config declares; for a checkpoint whose config
+    declares no NVFP4 (or that has none), the layout whose scales its first shard that holds any holds
+    (compressed-tensors' global scale, ModelOpt's ``weight_scale_2``), so that NVFP4 tensors a config does not
+    declare are still found; None where no shard holds either."""
+    layout = declared_layout(declared)
+    if layout is not None:
+        return layout
+    for names in shards:
+        for candidate in LAYOUTS.values():
+            if any(name.endswith(candidate.scale_suffixes[0]) for name in names):
+                return candidate
     return None
 
 
-def _digest(
-    names: Collection[str], files: Iterable[str], pair_hash: Callable[[tuple[str, str]], int]
-) -> tuple[int, int]:
-    """An order-free digest of (tensor, file) pairs: their count, and the sum of their hashes.
-
-    The shards' digests add up to the index's when, and (but for a chance of
-    about 2^-64) only when, they agree, as long as every process hashes
-    alike (``pair_hash``). Every step runs at C speed over hundreds of
-    thousands of names.
-    """
-    return len(names), sum(map(pair_hash, zip(names, files, strict=False)))  # files: maybe one file, repeated
-
-
-def _index_errors(
-    checkpoint: CheckpointLocation, shards: list[ShardScan], source: ShardSource, listed: tuple[int, int]
-) -> list[CheckpointError]:
-    """Every tensor of the index missing from its shard, and every tensor of a shard missing from the index
-    (``listed``: the index's digest)."""
-    assert checkpoint.weight_map is not None
-    if tuple(map(sum, zip(*(shard.index_digest for shard in shards), strict=True))) == listed:
-        return []
-    listed: dict[str, set[str]] = {shard_name(shard.path): set() for shard in shards}
-    for tensor, file in checkpoint.weight_map.items():
-        listed[file].add(tensor)
-    errors = []
-    for file, shard in zip(checkpoint.files, shards, strict=True):
-        names = set(source.read_header(file).names)
-        listed_here = listed[shard_name(shard.path)]
-        for missing, problem, kind in (
-            (listed_here - names, _LISTED_NOT_HELD, CheckpointError),
-            (names - listed_here, _HELD_NOT_LISTED, UnlistedTensor),
-        ):
-            errors += [kind(shard.path, problem, tensor=tensor) for tensor in sorted(missing)]
-    return errors
+def _each(read: Callable[[Any], ShardRead], files: Sequence[Any], *, network: bool) -> list[ShardRead]:
+    """``read`` of each file, in order: one after the other, or in threads where each read waits on a server (the
+    first failing file's error is raised, and no further read is started)."""
+    if not network or len(files) < 2:
+        return list(map(read, files))
+    pool = ThreadPoolExecutor(max_workers=min(NETWORK_READERS, len(files)))
+    try:
+        return list(pool.map(read, files))
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
-class UnlistedTensor(CheckpointError):
-    """A tensor a shard holds that the index does not name (any other index error: one it names and the shard
-    does not hold)."""
+def _agrees_with(weight_map: dict[str, str]) -> Callable[[ShardScan], bool]:
+    def agrees(shard: ShardScan) -> bool:
+        file = shard_name(shard.path)
+        return all(map(operator.eq, map(weight_map.get, shard.header.names), repeat(file)))
+
+    return agrees
+
+
+def _included(name: str, include: Sequence[str]) -> bool:
+    return any(fnmatchcase(name, pattern) for pattern in include)
+
+
+def _check_single_values(header: SafetensorsHeader, indices: list[int]) -> None:
+    shapes = {header.shapes[i] for i in indices}
+    if shapes <= {(), (1,)}:
+        return
+    i = next(i for i in indices if header.shapes[i] not in ((), (1,)))
+    shape = list(header.shapes[i])
+    problem = (
+        f"shape {shape} is neither (1,) nor 0-D"
+        if math.prod(shape) == 1
+        else f"a per-tensor scale must hold one value, this one has shape {shape}"
+    )
+    raise CheckpointError(header.path, problem, header.names[i])
 
 
 _LISTED_NOT_HELD = (
@@ -269,60 +297,3 @@ _HELD_NOT_LISTED = (
     f"in this shard but not in {INDEX_NAME}'s weight_map: vLLM loads every tensor of the files the index lists, "
     "this one too (observed); a tool that reads only what the index names leaves it out"
 )
-
-
-def _scan_shard(
-    file: Any,
-    *,
-    source: ShardSource,
-    layout: ProducerLayout | None,
-    held_layout: bool,
-    include: tuple[str, ...],
-    read_values: bool,
-    work: ShardWork | None,
-    pair_hash: Callable[[tuple[str, str]], int] | None,
-) -> ShardScan:
-    """One shard's job. ``held_layout``: the shard's layout is the one whose scales it holds, for a checkpoint
-    whose config declares no NVFP4 (or that has no config), so that NVFP4 tensors a config does not declare are
-    still found. ``pair_hash`` None: the index is not checked, so no digest is taken."""
-    header = source.read_header(file)
-    names = header.names
-    index_digest = (0, 0) if pair_hash is None else _digest(names, repeat(shard_name(header.path)), pair_hash)
-    if held_layout:
-        layout = _held_layout(names)
-    indices = [] if layout is None else ending_with(names, layout.scale_suffixes)
-    if include:
-        indices = sorted({*indices, *(i for i, name in enumerate(names) if _included(name, include))})
-    _check_single_values(header, indices)
-    scale_names = list(map(names.__getitem__, indices))
-    shapes = list(map(header.shapes.__getitem__, indices))
-    values = source.read_values(header, indices) if read_values else [None] * len(indices)
-    scales = ShardScales(indices, scale_names, shapes, values, layout)
-    return ShardScan(
-        path=header.path,
-        names=scale_names,
-        dtypes=list(map(sys.intern, map(header.dtypes.__getitem__, indices))),  # one object each to send
-        shapes=shapes,
-        values=values,
-        index_digest=index_digest,
-        work=None if work is None else work(header, scales),
-        layout=layout,
-    )
-
-
-def _included(name: str, include: Sequence[str]) -> bool:
-    return any(fnmatchcase(name, pattern) for pattern in include)
-
-
-def _check_single_values(header: SafetensorsHeader, indices: list[int]) -> None:
-    shapes = set(map(header.shapes.__getitem__, indices))
-    if shapes <= {(), (1,)}:
-        return
-    i = next(i for i in indices if header.shapes[i] not in ((), (1,)))
-    shape = list(header.shapes[i])
-    problem = (
-        f"shape {shape} is neither (1,) nor 0-D"
-        if math.prod(shape) == 1
-        else f"a per-tensor scale must hold one value, this one has shape {shape}"
-    )
-    raise CheckpointError(header.path, problem, header.names[i])

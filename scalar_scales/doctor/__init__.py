@@ -1,14 +1,28 @@
-"""``scalar-scales check``, the NVFP4 checkpoint doctor: the rule catalogue (:mod:`.rules`); what a config
-declares of each module (:mod:`.expectations`, matched as the producer matches, :mod:`.matching` and
-:mod:`.patterns`); the rules settled in each shard's job (:mod:`.shard_rules`, :mod:`.config_rules`) and once
-every shard is read (:mod:`.checkpoint_rules`); and what the command prints (:mod:`.report`). docs/check.md
-documents every rule, and docs/check-evidence.md what vLLM was seen to do with each."""
+"""``scalar-scales check``, the NVFP4 checkpoint doctor: the rules, each one object with its one function
+(:mod:`.rules`), in one catalogue (:mod:`.catalogue`: scale rules :mod:`.scale_rules`, module rules
+:mod:`.module_rules`, index rules :mod:`.index_rules`, config rules :mod:`.config_rules`) over what they look at
+(:mod:`.view`); what a config declares of each module (:mod:`.expectations`, matched as the producer matches,
+:mod:`.matching` and :mod:`.patterns`); every rule applied (:mod:`.diagnosis`); what the command prints
+(:mod:`.report`), and each rule's reference (:mod:`.reference`, docs/rules.md). docs/check.md says how the rules
+are applied, and docs/check-evidence.md what vLLM was seen to do with each."""
 
+from scalar_scales.doctor.catalogue import RULES, selected_codes
 from scalar_scales.doctor.diagnosis import Diagnosis, diagnose
 from scalar_scales.doctor.expectations import Expectations, expectations_of
 from scalar_scales.doctor.matching import Kind, Matcher, module_kind
+from scalar_scales.doctor.reference import reference_document, rule_reference
 from scalar_scales.doctor.report import SHOWN_PER_RULE, CheckReport, json_number
-from scalar_scales.doctor.rules import EFFECTS, RULES, SEVERITIES, Effect, Finding, Rule, Severity, selected_codes
+from scalar_scales.doctor.rules import (
+    EFFECTS,
+    SEVERITIES,
+    CheckpointRule,
+    Effect,
+    Finding,
+    Rule,
+    Severity,
+    ShardRule,
+)
+from scalar_scales.doctor.view import CheckpointView, ShardView
 
 __all__ = [
     "EFFECTS",
@@ -16,6 +30,8 @@ __all__ = [
     "SEVERITIES",
     "SHOWN_PER_RULE",
     "CheckReport",
+    "CheckpointRule",
+    "CheckpointView",
     "Diagnosis",
     "Effect",
     "Expectations",
@@ -24,9 +40,13 @@ __all__ = [
     "Matcher",
     "Rule",
     "Severity",
+    "ShardRule",
+    "ShardView",
     "diagnose",
     "expectations_of",
     "json_number",
     "module_kind",
+    "reference_document",
+    "rule_reference",
     "selected_codes",
 ]

@@ -1,17 +1,15 @@
-"""Every rule applied to a checkpoint: one scan of its shards with the per-shard rules in each job, then the
-rules that need the whole checkpoint."""
+"""Every rule asked for, applied to a checkpoint: one scan of its shards, then each rule's one function."""
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from itertools import chain
 
-from scalar_scales.doctor.checkpoint_rules import checkpoint_findings
+from scalar_scales.doctor.catalogue import RULES
 from scalar_scales.doctor.expectations import Expectations, expectations_of
-from scalar_scales.doctor.matching import Kind
-from scalar_scales.doctor.rules import RULES, Findings
-from scalar_scales.doctor.shard_rules import ShardChecks
+from scalar_scales.doctor.rules import Finding, Rule
+from scalar_scales.doctor.view import CheckpointView, ModuleCounts
 from scalar_scales.scan import CheckpointScan, scan_shards
 from scalar_scales.sources.checkpoint import OpenedCheckpoint
 
@@ -20,22 +18,27 @@ __all__ = ["Diagnosis", "diagnose"]
 
 @dataclass(frozen=True)
 class Diagnosis:
-    """What the scan read, what the config declares of each module, and the findings of the rules ``codes``."""
+    """What the scan read, what the config declares of each module, the rules asked for and their findings, rule
+    by rule."""
 
-    scan: CheckpointScan
-    expectations: Expectations
-    findings: Findings
-    codes: frozenset[str]
-    """The rules asked for (``--select``, ``--ignore``)."""
+    view: CheckpointView
+    rules: tuple[Rule, ...]
+    """The rules asked for (``--select``, ``--ignore``), in code order."""
+    findings: list[Finding]
 
     @property
-    def modules(self) -> Counter[tuple[str | None, Kind]]:
+    def scan(self) -> CheckpointScan:
+        return self.view.scan
+
+    @property
+    def expectations(self) -> Expectations:
+        return self.view.expectations
+
+    @property
+    def modules(self) -> ModuleCounts:
         """The checkpoint's modules the rules judged, by (the NVFP4 group that quantizes them, or None; their
-        kind)."""
-        counted: Counter[tuple[str | None, Kind]] = Counter()
-        for shard in self.scan.shards:
-            counted.update(shard.work.modules)
-        return counted
+        kind), whatever rules were asked for: the report says what was checked."""
+        return self.view.module_counts
 
 
 def diagnose(
@@ -44,6 +47,6 @@ def diagnose(
     """Apply the rules ``codes`` (every rule unless told) to ``opened`` (``include``: also these per-tensor scales,
     by glob); a rule not applied costs nothing."""
     expectations = expectations_of(opened.declared)
-    index = not {"NV501", "NV502"}.isdisjoint(codes)
-    scan = scan_shards(opened, include=include, work=ShardChecks(expectations, frozenset(codes)), index=index)
-    return Diagnosis(scan, expectations, checkpoint_findings(scan, expectations, codes), frozenset(codes))
+    view = CheckpointView(scan_shards(opened, include=include), expectations)
+    rules = tuple(rule for code, rule in RULES.items() if code in codes)
+    return Diagnosis(view, rules, list(chain.from_iterable(rule.findings(view) for rule in rules)))

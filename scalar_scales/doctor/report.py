@@ -13,18 +13,20 @@ and never that all checks passed.
 from __future__ import annotations
 
 import math
+import operator
 import os
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from itertools import islice
+from itertools import groupby, islice
 from typing import Any, Protocol
 
-from scalar_scales.doctor.config_rules import CLASS_RULES
 from scalar_scales.doctor.diagnosis import Diagnosis
-from scalar_scales.doctor.rules import RULES, SEVERITIES, Finding, Findings, Severity
+from scalar_scales.doctor.rules import SEVERITIES, Finding, Rule, Severity
 from scalar_scales.errors import printable
 from scalar_scales.nvfp4 import MODELOPT
+from scalar_scales.scan import CheckpointScan
 from scalar_scales.sources.checkpoint import CheckpointLocation
 from scalar_scales.sources.declaration import Group
 from scalar_scales.sources.hub import HUB_PREFIX
@@ -50,17 +52,14 @@ class CheckReport:
     fetched: FetchCounter | None = None
 
     @property
-    def codes(self) -> frozenset[str]:
-        """The rules selected (``--select``, ``--ignore``)."""
-        return self.diagnosis.codes
-
-    @property
-    def reported(self) -> Findings:
+    def reported(self) -> list[Finding]:
         return self.diagnosis.findings
 
     @cached_property
     def counts(self) -> Counter[str]:
-        return self.reported.counts()
+        """How many findings each rule has, by code."""
+        by_rule = Counter(map(_rule_of, self.reported))
+        return Counter({rule.code: n for rule, n in by_rule.items()})
 
     @property
     def errors(self) -> int:
@@ -71,13 +70,14 @@ class CheckReport:
         return self.count("warning")
 
     def count(self, severity: Severity) -> int:
-        return sum(n for code, n in self.counts.items() if RULES[code].severity == severity)
+        return sum(self.counts[rule.code] for rule in self.diagnosis.rules if rule.severity == severity)
 
     @property
-    def applied_codes(self) -> frozenset[str]:
-        """The selected rules that were applied: not the class rules where the config names a class no module can
-        be judged against."""
-        return self.codes - CLASS_RULES if self.diagnosis.expectations.unjudged_classes else self.codes
+    def applied(self) -> list[Rule]:
+        """The selected rules that were applied: not those that judge modules against class names where the config
+        names a class no module can be judged against."""
+        unjudged = bool(self.diagnosis.expectations.unjudged_classes)
+        return [rule for rule in self.diagnosis.rules if not (unjudged and rule.judges_classes)]
 
     @property
     def nvfp4_modules(self) -> int:
@@ -105,7 +105,7 @@ class CheckReport:
             what = f"{declared.format_name or 'no format'}, format_version {declared.format_version}"
         legacy = scan.legacy_count
         return (
-            f"{scan.checkpoint.root}: {len(scan.shards)} shard(s), {what}, {scan.scale_count} global scales "
+            f"{scan.checkpoint.root}: {len(scan.shards)} shard(s), {what}, {_scales_text(scan)} "
             f"({legacy} (1,), {scan.scale_count - legacy} 0-D)"
         )
 
@@ -126,14 +126,15 @@ class CheckReport:
             for name, n in sorted(groups.items())
         ]
         line = f"Checked {self.nvfp4_modules} NVFP4 modules" + (f" ({', '.join(parts)})" if parts else "")
-        line += f" and {self.diagnosis.scan.scale_count} global scales"
+        line += f" and {_scales_text(self.diagnosis.scan)}"
         if others:
             line += "; held to the config only, not NVFP4: " + ", ".join(
                 f"{n} {_KIND_TEXT[kind]}" for kind, n in sorted(others.items())
             )
         if unjudged := self.diagnosis.expectations.unjudged_classes:
             line += (
-                f"; {', '.join(sorted(CLASS_RULES & self.codes))} not applied: the config names classes a checkpoint "
+                f"; {', '.join(r.code for r in self.diagnosis.rules if r.judges_classes)} not applied: the config "
+                "names classes a checkpoint "
                 f"does not show ({', '.join(map(printable, unjudged))})"
             )
         return line + "."
@@ -146,8 +147,8 @@ class CheckReport:
             )
         elif not self.reported:
             line = (
-                f"All checks passed: no finding from {len(self.applied_codes)} rules on {self.nvfp4_modules} NVFP4 "
-                f"modules and {self.diagnosis.scan.scale_count} global scales."
+                f"All checks passed: no finding from {len(self.applied)} rules on {self.nvfp4_modules} NVFP4 "
+                f"modules and {_scales_text(self.diagnosis.scan)}."
             )
         else:
             by_code = ", ".join(f"{code} {n}" for code, n in sorted(self.counts.items()))
@@ -173,12 +174,11 @@ class CheckReport:
             lines.append(self.checked_line())
         if with_scales:
             lines += [f"{s.layout:<7}{str(list(s.shape)):<5}{s.name} = {s.value!r}" for s in self.diagnosis.scan.scales]
-        for code, count in sorted(self.counts.items()):
-            rule = RULES[code]
+        for rule, of_rule in groupby(self.reported, key=_rule_of):
+            code, count = rule.code, self.counts[rule.code]
             fix = f"; fix: {_fix_command(rule.fix, self.diagnosis.scan.checkpoint)}" if rule.fix else ""
             lines.append(f"{code} {rule.name} ({rule.severity}): {count} x {rule.summary}{fix}")
-            of_rule = self.reported.selected({code})
-            shown = list(of_rule) if show_all else list(islice(of_rule, SHOWN_PER_RULE))
+            shown = list(islice(of_rule, None if show_all else SHOWN_PER_RULE))
             lines += [f"  {code} {_where(finding)}: {finding.message}" for finding in shown]
             if len(shown) < count:
                 lines.append(f"  ... and {count - len(shown)} more {code} (--show-all or --json lists them)")
@@ -208,7 +208,7 @@ class CheckReport:
                 "format_version": scan.declared_format_version,
                 "checked": self.checked,
                 "nvfp4_modules": self.nvfp4_modules,
-                "rules_applied": sorted(self.applied_codes),
+                "rules_applied": [rule.code for rule in self.applied],
                 "modules": _modules_document(self.diagnosis),
                 "scales": scan.scale_count,
                 "legacy": scan.legacy_count,
@@ -265,6 +265,16 @@ def _fix_command(command: str, checkpoint: CheckpointLocation) -> str:
         download = f"hf download {repository}" + (f" --revision {revision}" if revision else "") + " --local-dir DIR"
         return f"{command} DIR, on a local copy ({download})"
     return f"{command} {checkpoint.root}"
+
+
+def _scales_text(scan: CheckpointScan) -> str:
+    """The scales checked: the layout's global scales, and the other per-tensor scales ``--include`` named."""
+    included = scan.scale_count - scan.global_scale_count
+    text = f"{scan.global_scale_count} global scales"
+    return text + (f" and {included} other per-tensor scales (--include)" if included else "")
+
+
+_rule_of: Callable[[Finding], Rule] = operator.itemgetter(0)
 
 
 def _where(finding: Finding) -> str:

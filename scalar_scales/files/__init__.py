@@ -24,7 +24,7 @@ from scalar_scales.files.header import (
 )
 from scalar_scales.files.header_edit import HeaderEdit, Layout, plan_header_edit
 from scalar_scales.files.json_document import json_object, read_json_object
-from scalar_scales.files.scalars import decode_scalar, decode_scalars
+from scalar_scales.files.scalars import decode_scalar, read_scalars
 
 __all__ = [
     "DTYPE_BITS",
@@ -38,7 +38,7 @@ __all__ = [
     "TensorEntry",
     "create_exclusive",
     "decode_scalar",
-    "decode_scalars",
+    "read_scalars",
     "ending_with",
     "file_identity",
     "header_length_of",

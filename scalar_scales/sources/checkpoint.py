@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from scalar_scales.errors import CheckpointError
 from scalar_scales.files.header import SafetensorsHeader
@@ -28,6 +28,8 @@ __all__ = [
     "UNIQUE_KEYS",
     "CheckpointLocation",
     "OpenedCheckpoint",
+    "ScaleSelector",
+    "ShardRead",
     "ShardSource",
     "shard_name",
     "shard_names",
@@ -55,11 +57,6 @@ class CheckpointLocation(Protocol):
     def files(self) -> tuple[Any, ...]: ...
 
     @property
-    def likely_files(self) -> tuple[Any, ...]:
-        """The shards known without reading the index, nearly always ``files``: a scan starts on them while the
-        index is read."""
-
-    @property
     def config(self) -> Path | str | None: ...
 
     @property
@@ -70,14 +67,31 @@ class CheckpointLocation(Protocol):
     def weight_map(self) -> dict[str, str] | None: ...
 
 
+ScaleSelector = Callable[[SafetensorsHeader], list[int]]
+"""Which entries of a shard's header are the per-tensor scales whose values are wanted (header indices)."""
+
+
+class ShardRead(NamedTuple):
+    """One shard as a source read it: its validated header, the entries ``select`` chose, and their values (None
+    for each where values were not asked for, or for a dtype this tool does not decode)."""
+
+    header: SafetensorsHeader
+    indices: list[int]
+    values: list[float | None]
+
+
 class ShardSource(Protocol):
-    """Where a shard's bytes come from. ``network``: its reads wait on the network, so jobs run in threads."""
+    """Where a shard's bytes come from. ``network``: its reads wait on the network, so shards are read in threads.
+
+    :meth:`read_shard` reads a shard's header and the values of the entries
+    ``select`` picks from it as one file: for a local shard, through one open
+    descriptor, refusing a file that changes while it is read; for a remote
+    one, at the one commit the whole check reads.
+    """
 
     network: bool
 
-    def read_header(self, file: Any) -> SafetensorsHeader: ...
-
-    def read_values(self, header: SafetensorsHeader, indices: list[int]) -> list[float | None]: ...
+    def read_shard(self, file: Any, select: ScaleSelector, *, values: bool) -> ShardRead: ...
 
 
 @dataclass(frozen=True)

@@ -35,14 +35,16 @@ from typing import Any
 from urllib.parse import quote
 
 from scalar_scales.errors import CheckpointError
-from scalar_scales.files.header import SafetensorsHeader, header_length_of, parse_header
+from scalar_scales.files.header import header_length_of, parse_header
 from scalar_scales.files.json_document import json_object
-from scalar_scales.files.scalars import decode_scalar
+from scalar_scales.files.scalars import read_scalars
 from scalar_scales.sources.checkpoint import (
     CONFIG_NAME,
     INDEX_NAME,
     UNIQUE_KEYS,
     OpenedCheckpoint,
+    ScaleSelector,
+    ShardRead,
     shard_name,
     shard_names,
 )
@@ -78,10 +80,6 @@ class RemoteCheckpoint:
     config: str | None
     weight_map: dict[str, str] | None
     modelopt_config: str | None = None
-
-    @property
-    def likely_files(self) -> tuple[str, ...]:
-        return self.files
 
 
 class _Client:
@@ -138,8 +136,6 @@ class HubShards:
         self._url = lambda name: hf_hub_url(repo_id, name, revision=commit)
         self._client = _Client(constants.HF_HUB_DOWNLOAD_TIMEOUT)
         self._lock = threading.Lock()
-        self._first: dict[str, bytes] = {}
-        """Each shard's first read: its scale bytes are taken from it where they lie inside."""
         self.bytes_fetched = 0
         self.file_sizes: dict[str, int] = {}
         """The size of each file read from, as the server reports it."""
@@ -152,34 +148,35 @@ class HubShards:
     def label(self, name: str) -> str:
         return f"{self.address}/{name}"
 
-    def read_header(self, file: str) -> SafetensorsHeader:
+    def read_shard(self, file: str, select: ScaleSelector, *, values: bool) -> ShardRead:
+        """The shard's header from its first range (a second where the header is longer), and the values of the
+        scales ``select`` picks, taken from that first range where they lie inside it."""
         name = shard_name(file)
         first, size = self._get(name, 0, FIRST_READ - 1)
         with self._lock:
             self.file_sizes[name] = size
-            self._first[name] = first
         length = header_length_of(file, first[:8], size)
         raw = first[8 : 8 + length]
         if len(raw) < length:
             rest, _ = self._get(name, 8 + len(raw), 8 + length - 1)
             raw += rest
-        return parse_header(file, raw, size)
+        header = parse_header(file, raw, size)
+        indices = select(header)
+        if not values or not indices:
+            return ShardRead(header, indices, [None] * len(indices))
 
-    def read_values(self, header: SafetensorsHeader, indices: list[int]) -> list[float | None]:
-        name = shard_name(header.path)
-        first = self._first.get(name, b"")
-        values: list[float | None] = [None] * len(indices)
-        order = sorted(range(len(indices)), key=lambda k: header.begins[indices[k]])
-        for begin, end, members in _spans([(header.begins[indices[k]], header.ends[indices[k]]) for k in order], order):
-            at = header.data_start + begin
-            if header.data_start + end <= len(first):
-                data = first[at : header.data_start + end]
-            else:
-                data, _ = self._get(name, at, header.data_start + end - 1)
-            for k in members:
-                i = indices[k]
-                values[k] = decode_scalar(header.dtypes[i], data, header.begins[i] - begin)
-        return values
+        def read(begin: int, end: int) -> bytes:
+            at, stop = header.data_start + begin, header.data_start + end
+            return first[at:stop] if stop <= len(first) else self._get(name, at, stop - 1)[0]
+
+        found = read_scalars(
+            [header.dtypes[i] for i in indices],
+            [header.begins[i] for i in indices],
+            [header.ends[i] for i in indices],
+            read,
+            RANGE_GAP,
+        )
+        return ShardRead(header, indices, found)
 
     def read_json(self, name: str) -> dict[str, Any]:
         where = self.label(name)
@@ -225,18 +222,6 @@ class HubShards:
     def _count(self, size: int) -> None:
         with self._lock:
             self.bytes_fetched += size
-
-
-def _spans(ranges: list[tuple[int, int]], order: list[int]) -> list[tuple[int, int, list[int]]]:
-    """Sorted byte ranges merged where the gap between them is under :data:`RANGE_GAP`: (begin, end, members)."""
-    spans: list[tuple[int, int, list[int]]] = []
-    for (begin, end), k in zip(ranges, order, strict=True):
-        if spans and begin - spans[-1][1] < RANGE_GAP:
-            spans[-1][2].append(k)
-            spans[-1] = (spans[-1][0], max(spans[-1][1], end), spans[-1][2])
-        else:
-            spans.append((begin, end, [k]))
-    return spans
 
 
 def _content_range(header: str) -> tuple[int, int, int] | None:

@@ -1,26 +1,31 @@
-"""Shards on this machine: a folder, or one ``.safetensors`` file; headers read from the file, values from its
-mapping."""
+"""Shards on this machine: a folder, or one ``.safetensors`` file, each shard read through one descriptor."""
 
 from __future__ import annotations
 
-import mmap
 import os
 import stat
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from scalar_scales.errors import CheckpointError
-from scalar_scales.files.header import SafetensorsHeader, read_header
+from scalar_scales.files.header import (
+    SafetensorsHeader,
+    file_identity,
+    header_length_of,
+    parse_header,
+    read_header,
+)
 from scalar_scales.files.json_document import read_json_object
-from scalar_scales.files.scalars import decode_scalars
+from scalar_scales.files.scalars import read_scalars
 from scalar_scales.sources.checkpoint import (
     CONFIG_NAME,
     INDEX_NAME,
-    SINGLE_FILE_NAME,
     UNIQUE_KEYS,
     OpenedCheckpoint,
+    ScaleSelector,
+    ShardRead,
     shard_names,
 )
 from scalar_scales.sources.declaration import MODELOPT_CONFIG_NAME
@@ -38,24 +43,20 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """What a user pointed at: its shards, the folder that holds them, and its index and config when it has them.
+    """What a user pointed at: the folder that holds its shards, its config files, and its shards.
 
     ``folder`` is the real path of that folder, however the user spelled the
     path (a file in it, the folder, a link): one checkpoint, one lock.
-
-    A folder with an index has the shards its index names: the index is
-    read, and checked, when ``files`` or ``weight_map`` is first asked for,
-    so that a scan can start on ``likely_files`` (the folder's ``.safetensors``
-    files, nearly always the same) while the index, which names every
-    tensor of a large MoE, is parsed.
+    ``file`` is the ``.safetensors`` file a user named, where it was one;
+    otherwise the shards are the folder's, as :func:`shard_names` decides
+    (the index's, or ``model.safetensors``), when first asked for.
     """
 
     root: Path
     folder: Path
-    likely_files: tuple[Path, ...]
     config: Path | None
-    index: Path | None = None
     modelopt_config: Path | None = None
+    file: Path | None = None
 
     @property
     def files(self) -> tuple[Path, ...]:
@@ -66,15 +67,19 @@ class Checkpoint:
         """The index's tensor -> shard file name map, parsed and checked; None without an index."""
         return self._shards[1]
 
+    @property
+    def index(self) -> Path | None:
+        """The index file, where the checkpoint has one."""
+        return None if self.weight_map is None else self.root / INDEX_NAME
+
     @cached_property
     def _shards(self) -> tuple[tuple[Path, ...], dict[str, str] | None]:
-        index = self.index
-        if index is None:
-            return self.likely_files, None
+        if self.file is not None:
+            return (self.file,), None
         root = self.root
         names, weight_map = shard_names(
             lambda name: _kind(root / name) != "missing",
-            lambda: read_json_object(_regular(index)),
+            lambda: read_json_object(_regular(root / INDEX_NAME)),
             root,
             lambda n: str(root / n),
         )
@@ -87,8 +92,8 @@ def resolve_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     Every file it names must be a regular file (or a link to one): a
     dangling link, a folder or a FIFO where a shard, the index or
     ``config.json`` should be is refused, naming it, and never opened (a FIFO
-    would block the read). The index's own checks come when its shards are
-    first asked for (:attr:`Checkpoint.files`).
+    would block the read). Which shards a folder has is decided, and the
+    index checked, when they are first asked for (:attr:`Checkpoint.files`).
     """
     if not os.fspath(path):
         raise CheckpointError('""', "no checkpoint named: give a folder, a .safetensors file or hf://ORG/NAME")
@@ -97,7 +102,7 @@ def resolve_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     if kind == "a file":
         if root.suffix != ".safetensors":
             raise CheckpointError(root, "not a .safetensors file")
-        return Checkpoint(root, Path(os.path.realpath(root.parent)), (root,), None)
+        return Checkpoint(root, Path(os.path.realpath(root.parent)), None, file=root)
     if kind == "missing":
         raise CheckpointError(root, "no such file or folder")
     if kind != "a folder":
@@ -106,14 +111,7 @@ def resolve_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
         _regular(root / name) if _kind(root / name) != "missing" else None
         for name in (CONFIG_NAME, MODELOPT_CONFIG_NAME)
     )
-    folder = Path(os.path.realpath(root))
-    if _kind(root / INDEX_NAME) == "missing":
-        if _kind(root / SINGLE_FILE_NAME) == "missing":
-            raise CheckpointError(root, f"holds neither {INDEX_NAME} nor {SINGLE_FILE_NAME}")
-        return Checkpoint(root, folder, (_regular(root / SINGLE_FILE_NAME),), config, None, modelopt_config)
-    index = _regular(root / INDEX_NAME)
-    likely = tuple(sorted(entry for entry in root.glob("*.safetensors") if _kind(entry) == "a file"))
-    return Checkpoint(root, folder, likely, config, index, modelopt_config)
+    return Checkpoint(root, Path(os.path.realpath(root)), config, modelopt_config)
 
 
 def _kind(path: Path) -> str:
@@ -161,19 +159,43 @@ def read_headers(path: str | os.PathLike[str]) -> list[SafetensorsHeader]:
 
 
 class LocalShards:
-    """Shards on this machine: headers read from the file, values from its mapping."""
+    """Shards on this machine: each opened once, its header and its scales' values read from that descriptor."""
 
     network = False
-    read_header = staticmethod(read_header)
 
     @staticmethod
-    def read_values(header: SafetensorsHeader, indices: list[int]) -> list[float | None]:
-        if not indices:
-            return []
-        dtypes = list(map(header.dtypes.__getitem__, indices))
-        offsets = list(map(header.data_start.__add__, map(header.begins.__getitem__, indices)))
-        with open(header.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            return decode_scalars(dtypes, data, offsets)
+    def read_shard(file: Path, select: ScaleSelector, *, values: bool) -> ShardRead:
+        try:
+            with open(file, "rb") as f:
+                identity = file_identity(os.fstat(f.fileno()))
+                length = header_length_of(file, f.read(8), identity.size)
+                header = parse_header(file, _read_exactly(f, 8, length), identity.size, identity)
+                indices = select(header)
+                found: list[float | None] = [None] * len(indices)
+                if values and indices:
+                    found = read_scalars(
+                        [header.dtypes[i] for i in indices],
+                        [header.begins[i] for i in indices],
+                        [header.ends[i] for i in indices],
+                        lambda begin, end: _read_exactly(f, header.data_start + begin, end - begin),
+                        VALUE_SPAN_GAP,
+                    )
+                if file_identity(os.fstat(f.fileno())) != identity:
+                    raise CheckpointError(file, "changed while it was read")
+        except OSError as exc:
+            raise CheckpointError(file, f"cannot read: {exc.strerror or exc}") from None
+        return ShardRead(header, indices, found)
 
+
+def _read_exactly(f: BinaryIO, offset: int, size: int) -> bytes:
+    f.seek(offset)
+    data = f.read(size)
+    if len(data) != size:
+        raise CheckpointError(f.name, f"changed while it was read: {size} bytes at {offset} were not there")
+    return data
+
+
+VALUE_SPAN_GAP = 1 << 16
+"""Scales closer than this are read in one span: a few kilobytes more read costs less than another call."""
 
 LOCAL_SHARDS = LocalShards()

@@ -1,5 +1,4 @@
-"""What differs between operating systems, each with the path every OS has: worker processes, the lock, file
-operations.
+"""What differs between operating systems, each with the path every OS has: the lock, file operations.
 
 Each takes its OS's own way where the OS has it, and the portable way where
 it does not; ``SCALAR_SCALES_PORTABLE=1`` asks for the portable way
@@ -9,16 +8,13 @@ everywhere, which is how the tests run on Linux what macOS and Windows run
 
 from scalar_scales.system.fileops import copy_range, no_follow, sync_folder, take_mode_and_owner, write_at
 from scalar_scales.system.lock import FolderLocked, folder_lock
-from scalar_scales.system.workers import Workers, workers_for
 
 __all__ = [
     "FolderLocked",
-    "Workers",
     "copy_range",
     "folder_lock",
     "no_follow",
     "sync_folder",
     "take_mode_and_owner",
-    "workers_for",
     "write_at",
 ]

@@ -24,7 +24,7 @@ def test_help_lists_the_commands():
     result = run("--help")
     assert result.returncode == 0
     commands = [match[1] for line in result.stdout.splitlines() if (match := re.match(r"    (\w+) ", line))]
-    assert commands == ["check", "migrate"]
+    assert commands == ["check", "rule", "migrate"]
 
 
 def test_no_command_prints_help_and_exits_2(capsys):

@@ -132,3 +132,26 @@ def test_nothing_edits_sys_path_to_find_code(folder):
         if path != Path(__file__).resolve() and any(f"sys.path.{edit}" in path.read_text() for edit in EDITS)
     ]
     assert edits == []
+
+
+PROCESS_MODULES = ("multiprocessing", "subprocess", "concurrent.futures.process")
+PROCESS_CALLS = ("fork", "forkpty", "spawnv", "spawnve", "posix_spawn", "posix_spawnp", "system", "popen", "execv")
+
+
+def test_the_base_package_runs_in_one_process():
+    """``check`` and ``migrate`` start no process: no module imports a way to start one, or calls ``os`` to."""
+    starting: dict[str, list[str]] = {}
+    for name, path in modules("scalar_scales").items():
+        tree = ast.parse(path.read_text())
+        found = [i for i in imports(path, name) if i.startswith(PROCESS_MODULES)]
+        found += [
+            f"os.{node.attr}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "os"
+            and node.attr in PROCESS_CALLS
+        ]
+        if found:
+            starting[name] = sorted(found)
+    assert starting == {}

@@ -293,14 +293,6 @@ def test_json_with_list_adds_every_scale_in_strict_json(checkpoint):
     assert scales[0]["value"] == "NaN"
 
 
-def test_every_rule_has_a_section_in_the_docs():
-    from pathlib import Path
-
-    docs = (Path(__file__).parents[3] / "docs" / "check.md").read_text()
-    for code, rule in RULES.items():
-        assert f"### {code} {rule.name} ({rule.severity})" in docs
-
-
 def test_an_fp8_module_beside_the_nvfp4_ones_is_not_judged_by_nvfp4_rules(clean):
     """Mixed precision: an FP8 projection, which its FP8 config group targets, has weight and an F32
     weight_scale, and no weight_packed."""

@@ -1,25 +1,17 @@
-"""The paths macOS and Windows take, run for real on Linux with ``SCALAR_SCALES_PORTABLE=1``: spawned workers that
-watch their parent, the lock file, and plain reads and writes where Linux copies in the kernel."""
+"""The paths macOS and Windows take, run for real on Linux with ``SCALAR_SCALES_PORTABLE=1``: the lock file, and
+plain reads and writes where Linux copies in the kernel."""
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 
-from scalar_scales.files import SafetensorsHeader
-from scalar_scales.scan import ShardScales, scan_shards
-from scalar_scales.sources import open_local
-from scalar_scales.system import workers_for
 from scalar_scales.system.lock import LOCK_FILE_NAME, FolderLocked, folder_lock
 from scalar_scales_testkit.cli import data_digest, make_checkpoint, rewrite_header, run_cli, shards, snapshot
-from scalar_scales_testkit.synthetic import write_synthetic_checkpoint
 
 PORTABLE = {"SCALAR_SCALES_PORTABLE": "1"}
 
@@ -27,39 +19,6 @@ PORTABLE = {"SCALAR_SCALES_PORTABLE": "1"}
 @pytest.fixture
 def portable(monkeypatch):
     monkeypatch.setenv("SCALAR_SCALES_PORTABLE", "1")
-
-
-class WorkerPid:
-    """A scan's per-shard work that reports which process ran it, slowly enough that every process takes some."""
-
-    def __call__(self, header: SafetensorsHeader, scales: ShardScales) -> int:
-        time.sleep(0.05)
-        return os.getpid()
-
-
-def test_the_portable_path_runs_shards_in_spawned_worker_processes(tmp_path, portable):
-    checkpoint = make_checkpoint(tmp_path / "ckpt", shards=12, experts=8)
-    assert workers_for(12).kind == "spawn"
-    pids = {shard.work for shard in scan_shards(open_local(checkpoint), work=WorkerPid()).shards}
-    assert os.getpid() not in pids and len(pids) >= 1
-
-
-def test_linux_runs_shards_in_forked_worker_processes_and_in_this_one(tmp_path, monkeypatch):
-    monkeypatch.delenv("SCALAR_SCALES_PORTABLE", raising=False)
-    checkpoint = make_checkpoint(tmp_path / "ckpt", shards=12, experts=8)
-    assert workers_for(12).kind == "fork"
-    pids = {shard.work for shard in scan_shards(open_local(checkpoint), work=WorkerPid()).shards}
-    assert os.getpid() in pids and len(pids) == workers_for(12).processes
-
-
-def test_spawned_workers_find_what_forked_ones_find(tmp_path):
-    checkpoint = make_checkpoint(tmp_path / "ckpt", shards=12, experts=8)
-    rewrite_header(
-        shards(checkpoint)[5], lambda h: {n: s for n, s in h.items() if not n.endswith("up_proj.weight_packed")}
-    )
-    linux, portable = run_cli("check", checkpoint, "--json"), run_cli("check", checkpoint, "--json", env=PORTABLE)
-    assert linux.returncode == portable.returncode == 2
-    assert linux.stderr == portable.stderr
 
 
 def test_the_portable_path_migrates_and_checks_like_linux(tmp_path):
@@ -73,54 +32,6 @@ def test_the_portable_path_migrates_and_checks_like_linux(tmp_path):
         for path, env in ((portable, PORTABLE), (linux, None))
     ]
     assert summaries[0] == summaries[1] and summaries[0]["scalar"] == 96
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = (Path("/proc") / str(pid) / "stat").read_text().rpartition(")")[2].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-def test_spawned_workers_end_when_their_parent_is_killed(tmp_path):
-    """No prctl on the portable path: each worker's own thread sees the parent go, however it went. The parent is
-    killed while every worker is inside a job, which would otherwise keep it for a minute."""
-    checkpoint = write_synthetic_checkpoint(tmp_path / "ckpt", data_bytes=3_000_000)
-    started = tmp_path / "started"
-    started.mkdir()
-    code = (
-        "import os, sys, time\n"
-        "from pathlib import Path\n"
-        "from scalar_scales.scan import scan_shards\n"
-        "from scalar_scales.sources import open_local\n"
-        "class Slow:\n"
-        "    def __call__(self, header, scales):\n"
-        "        (Path(sys.argv[2]) / str(os.getpid())).touch()\n"
-        "        time.sleep(60)\n"
-        "if __name__ == '__main__':\n"
-        "    scan_shards(open_local(sys.argv[1]), work=Slow())\n"
-    )
-    script = tmp_path / "slow_scan.py"
-    script.write_text(code)
-    parent = subprocess.Popen(
-        [sys.executable, str(script), str(checkpoint), str(started)], env={**os.environ, **PORTABLE}
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while len(list(started.iterdir())) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        workers = {int(p.name) for p in started.iterdir()}
-        assert len(workers) >= 2 and parent.pid not in workers, "the scan ran no job in spawned workers"
-        parent.send_signal(signal.SIGKILL)
-        parent.wait()
-        deadline = time.monotonic() + 10
-        while any(map(alive, workers)) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not any(map(alive, workers))
-    finally:
-        parent.kill()
-        parent.wait()
 
 
 def test_the_lock_file_keeps_a_second_holder_out_and_is_gone_afterwards(tmp_path, portable):

@@ -1,0 +1,276 @@
+"""The rules on per-tensor scales: their shape and the marker that declares it (NV1), and their values (NV3).
+
+Each finding is worded in the checkpoint's layout
+(:class:`~scalar_scales.nvfp4.ProducerLayout`): compressed-tensors' names and
+convention, or ModelOpt's.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import re
+from collections.abc import Iterator
+from itertools import compress, repeat
+
+from scalar_scales.doctor.rules import Found, checkpoint_rule, shard_rule
+from scalar_scales.doctor.view import CheckpointView, ShardView
+from scalar_scales.nvfp4 import (
+    COMPRESSED_TENSORS,
+    FORMAT_VERSION_KEY,
+    SCALAR_FORMAT_VERSION,
+    SCALE_NUMERATOR,
+    ProducerLayout,
+)
+
+__all__ = [
+    "FUSED_PARTNERS",
+    "fused_scales_differ",
+    "invalid_scale_value",
+    "legacy_scale_shape",
+    "marker_disagrees",
+    "marker_missing",
+    "other_convention",
+]
+
+MIGRATE = "scalar-scales migrate"
+
+FUSED_PARTNERS: tuple[tuple[str, ...], ...] = (
+    ("gate_proj", "up_proj"),
+    ("w1", "w3"),
+    ("q_proj", "k_proj", "v_proj"),
+    ("q_a_proj", "kv_a_proj_with_mqa"),
+)
+"""Sibling projections vLLM loads into one fused module (``gate_up_proj``, the experts' ``w13``, ``qkv_proj``,
+DeepSeek's ``fused_qkv_a_proj``), which has one global scale: llm-compressor's ``FUSED_LAYER_NAMES``. The first
+member is the one an expert's ``w13`` keeps."""
+
+_PARTNERS_OF = {member: group for group in FUSED_PARTNERS for member in group}
+_EXPERT = re.compile(r"\.experts\.\d+$")
+
+
+@shard_rule("NV101", "legacy-scale-shape", "warning", "none", "a global scale of shape (1,)", fix=MIGRATE)
+def legacy_scale_shape(shard: ShardView) -> Iterator[Found]:
+    """A global scale (or another per-tensor scale that `--include`
+    names) of shape (1,). llm-compressor's NVFP4 presets write every global
+    scale this way (66,048 of them on a DeepSeek-V4-Flash artifact, vLLM issue
+    43297). vLLM 0.23, 0.32 and 0.33 load it (the evidence's
+    loader columns, and the round trip in [compatibility.md](compatibility.md)),
+    and so does transformers. What fails is a loader that copies it into a 0-D
+    tensor with `copy_`: `RuntimeError: output with shape [] doesn't match the
+    broadcast shape [1]`, as the round trip's `copy_` consumer shows. **Fix:**
+    `scalar-scales migrate PATH`, which edits headers only
+    ([migrate.md](migrate.md)). Corpus case: `legacy-scales`.
+    """
+    legacy = compress(shard.names, map(operator.eq, shard.shapes, repeat((1,))))
+    return zip(legacy, repeat(shard.file), repeat(_legacy_message(shard.layout)))
+
+
+@checkpoint_rule(
+    "NV102",
+    "marker-disagrees",
+    "warning",
+    "none",
+    "config.json declares format_version 2 but global scales are (1,)",
+    fix=MIGRATE,
+)
+def marker_disagrees(checkpoint: CheckpointView) -> Iterator[Found]:
+    """config.json's `quantization_config.format_version` is 2 (0-D
+    scales), but the shards hold (1,) scales. No upstream loader reads the
+    marker; a tool that trusts it (the producer patch's load path,
+    `upstream/compressed-tensors.patch`) expects 0-D scales. The finding names
+    config.json. **Fix:** `scalar-scales migrate PATH`. Corpus case:
+    `marker-disagrees`.
+    """
+    config, legacy = _marked(checkpoint)
+    if config is not None and legacy and _declares_scalar(checkpoint):
+        yield (
+            None,
+            config,
+            f"config.json declares {FORMAT_VERSION_KEY} 2 but {legacy} global scales are (1,): no upstream loader "
+            "reads the marker (vLLM and transformers load the checkpoint as they would without it), but a tool "
+            "that trusts it expects 0-D scales",
+        )
+
+
+@checkpoint_rule("NV103", "marker-missing", "info", "none", "0-D global scales without format_version 2", fix=MIGRATE)
+def marker_missing(checkpoint: CheckpointView) -> Iterator[Found]:
+    """Every global scale is 0-D, as vLLM wants them, but
+    config.json does not declare `format_version` 2: compressed-tensors 0.20.1's
+    ModelOpt converter writes checkpoints so, and a tool that rewrites config.json
+    drops the key. Every consumer loads it. **Fix:** `scalar-scales migrate PATH`
+    sets the marker. Corpus case: `marker-lost`.
+    """
+    config, legacy = _marked(checkpoint)
+    if config is not None and not legacy and not _declares_scalar(checkpoint):
+        yield (
+            None,
+            config,
+            f"every global scale is 0-D, as vLLM wants them, but config.json does not declare {FORMAT_VERSION_KEY} "
+            "2 (compressed-tensors' ModelOpt converter writes checkpoints so); every consumer loads it",
+        )
+
+
+def _marked(checkpoint: CheckpointView) -> tuple[str | None, int]:
+    """The config that holds compressed-tensors' marker (this project's), and how many scales are (1,); no config
+    where the marker does not apply: no compressed-tensors NVFP4 checkpoint, or no scale."""
+    scan, declared = checkpoint.scan, checkpoint.scan.declared
+    if declared is None or declared.producer != COMPRESSED_TENSORS or scan.layout is None or not scan.scale_count:
+        return None, 0
+    return declared.source or "config.json", scan.legacy_count
+
+
+def _declares_scalar(checkpoint: CheckpointView) -> bool:
+    declared = checkpoint.scan.declared
+    return declared is not None and declared.format_version == SCALAR_FORMAT_VERSION
+
+
+@shard_rule("NV301", "invalid-scale-value", "error", "nan-output", "a global scale that is zero, negative, NaN or Inf")
+def invalid_scale_value(shard: ShardView) -> Iterator[Found]:
+    """A global scale (or another per-tensor scale that
+    `--include` names) that is zero, negative, NaN or Inf.
+    compressed-tensors' divisors: 0 becomes Inf (an expert calibration never
+    routed a token to gets `input_global_scale` 0), Inf becomes 0, a negative
+    scale flips signs, NaN makes every output NaN. ModelOpt's multipliers: 0
+    zeroes what it scales, Inf makes it Inf. Corpus case: `uncalibrated-expert`.
+    """
+    for name, value in zip(shard.names, shard.values, strict=True):
+        if value is not None and not 0.0 < value < math.inf:
+            yield name, shard.file, _invalid_value_message(value, _leaf(name), shard.layout)
+
+
+@shard_rule(
+    "NV302", "other-convention", "error", "wrong-output", "a global scale stored in the other producer's convention"
+)
+def other_convention(shard: ShardView) -> Iterator[Found]:
+    """A global scale stored in the other producer's
+    convention, seen from the value alone:
+
+    - under compressed-tensors, a `weight_global_scale` below 1 would mean a
+      weight of magnitude above 2688, which no trained model has, and an
+      `input_global_scale` below 2688 / 65504 ≈ 0.041 an activation above
+      float16's largest value: they are ModelOpt's `amax / (6 * 448)`, and vLLM
+      takes the reciprocal of a reciprocal (modular issue 6600);
+    - under ModelOpt, a `weight_scale_2` or `input_scale` above 1 means the
+      same thing the other way round: a compressed-tensors divisor, which vLLM
+      multiplies by.
+
+    The message gives the amax the value implies under each convention. Corpus
+    case: `reciprocal-convention` (every scale stored as its reciprocal).
+    """
+    layout = shard.layout
+    if layout is None:
+        return
+    bounds = {leaf: layout.other_convention_bound(leaf) for leaf in (layout.weight_global, layout.input_global)}
+    below = layout.other_convention_below
+    for name, value in zip(shard.names, shard.values, strict=True):
+        if value is None or not 0.0 < value < math.inf:
+            continue
+        leaf = _leaf(name)
+        bound = bounds.get(leaf)  # None: a scale --include adds, held to no convention
+        if bound is not None and (value < bound if below else value > bound):
+            yield name, shard.file, _other_convention_message(value, leaf, layout)
+
+
+@checkpoint_rule(
+    "NV303",
+    "fused-scales-differ",
+    "error",
+    "wrong-output",
+    "fused partners (gate/up, q/k/v) with different global scales",
+)
+def fused_scales_differ(checkpoint: CheckpointView) -> Iterator[Found]:
+    """vLLM loads some sibling projections into one fused
+    module, which has one global scale:
+
+    | partners | vLLM module |
+    |---|---|
+    | `gate_proj`, `up_proj` | `gate_up_proj`; an expert's `w13` |
+    | `w1`, `w3` (Mixtral-style experts) | `w13` |
+    | `q_proj`, `k_proj`, `v_proj` | `qkv_proj` |
+    | `q_a_proj`, `kv_a_proj_with_mqa` (DeepSeek MLA) | `fused_qkv_a_proj` |
+
+    When their global scales differ, an expert's `w13` keeps `gate_proj`'s
+    (`w1`'s) and logs `w1_weight_global_scale must match w3_weight_global_scale`
+    (ModelOpt: `w1_weight_scale_2 must match w3_weight_scale_2`, vLLM #54150,
+    where 68.5% of a GLM checkpoint's gate/up pairs differed and it served
+    U+FFFD). A fused linear layer keeps the largest. llm-compressor fuses these
+    global scales for this reason (`FUSED_LAYER_NAMES`). With every expert's up
+    projection at twice its gate's scale, the toy generates other tokens; with
+    one expert, routing hid it. The finding names each partner whose scale
+    differs from the first one's. Corpus case: `fused-partners-differ`.
+    """
+    layout = checkpoint.layout
+    if layout is None:
+        return
+    suffix = f".{layout.weight_global}"
+    groups: dict[tuple[str, tuple[str, ...]], dict[str, tuple[str, str, float]]] = {}
+    for shard in checkpoint.shards:
+        for name, value in zip(shard.names, shard.values, strict=True):
+            if not name.endswith(suffix) or value is None or math.isnan(value):
+                continue
+            parent, _, projection = name[: -len(suffix)].rpartition(".")
+            partners = _PARTNERS_OF.get(projection)
+            if partners is not None:
+                groups.setdefault((parent, partners), {})[projection] = (name, shard.file, value)
+    for (parent, partners), members in groups.items():
+        first = next(p for p in partners if p in members)
+        kept = members[first][2]
+        for name, file, value in members.values():
+            if value != kept:
+                yield name, file, _partner_message(parent, first, kept, value, layout)
+
+
+def _leaf(name: str) -> str:
+    return name.rpartition(".")[2]
+
+
+def _legacy_message(layout: ProducerLayout | None) -> str:
+    if layout is not None and layout.weight_named_plainly:
+        return "shape (1,), where ModelOpt writes 0-D"
+    return (
+        "shape (1,): vLLM 0.23, 0.32 and 0.33 load it (observed), and so does transformers; a loader that "
+        "copy_s it into a 0-D tensor fails (output with shape [] doesn't match the broadcast shape [1])"
+    )
+
+
+def _invalid_value_message(value: float, leaf: str, layout: ProducerLayout | None) -> str:
+    divides = layout is None or layout.divisor
+    uses = "computes with 1/scale" if divides else "multiplies by the scale"
+    if math.isnan(value):
+        return f"is NaN: vLLM {uses}, which is NaN, and so is everything this module outputs"
+    if value == 0.0:
+        if layout is not None and leaf == layout.input_global:
+            return (
+                f"is 0: vLLM {uses}, and quantizes this module's activations with Inf (an input scale is 0 when "
+                "calibration sent no token through the module, an uncalibrated expert)"
+            )
+        return f"is 0: vLLM {uses}" + (", which is Inf" if divides else ", which zeroes what it scales")
+    if math.isinf(value):
+        return f"is Inf: vLLM {uses}" + (", which zeroes what it scales" if divides else ", which is Inf")
+    return f"is negative ({value!r}): vLLM {uses} and flips the sign of what this scale scales"
+
+
+def _other_convention_message(value: float, leaf: str, layout: ProducerLayout) -> str:
+    what = "weights" if leaf == layout.weight_global else "activations"
+    if layout.divisor:
+        here, there = SCALE_NUMERATOR / value, value * SCALE_NUMERATOR
+        return (
+            f"is {value:.6g}, which means {what} of amax {here:.4g} in compressed-tensors' (6*448)/amax "
+            f"convention; it looks like ModelOpt's amax/(6*448) (amax {there:.4g}). vLLM computes with 1/scale, "
+            "so the output is garbage (modular issue 6600)"
+        )
+    here, there = value * SCALE_NUMERATOR, SCALE_NUMERATOR / value
+    return (
+        f"is {value:.6g}, which means {what} of amax {here:.4g} in ModelOpt's amax/(6*448) convention; it looks "
+        f"like compressed-tensors' (6*448)/amax (amax {there:.4g}). vLLM multiplies by it, so the output is garbage"
+    )
+
+
+def _partner_message(parent: str, first: str, kept: float, value: float, layout: ProducerLayout) -> str:
+    scale = layout.weight_global
+    if _EXPERT.search(parent):
+        effect = f"vLLM's fused w13 keeps {first}'s and warns \"w1_{scale} must match w3_{scale}\""
+    else:
+        effect = "vLLM's fused module keeps the largest and warns that accuracy will likely be reduced"
+    return f"{scale} {value!r} differs from {first}'s {kept!r}: {effect} (observed: other tokens, vLLM #54150)"

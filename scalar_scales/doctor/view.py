@@ -1,0 +1,147 @@
+"""What the rules look at: a checkpoint as the scan read it, seen shard by shard (:class:`ShardView`) or as a
+whole (:class:`CheckpointView`).
+
+The whole checkpoint's tensors are one table, whichever shard holds each, so
+that a module whose tensors straddle two shards is judged like any other.
+What several rules need (the NVFP4 modules and their tensors, each module's
+kind and config verdict) is worked out once, when a rule first asks for it,
+on whole columns: a large MoE has tens of thousands of modules.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import Counter
+from dataclasses import dataclass
+from functools import cached_property
+from itertools import chain, repeat
+
+from scalar_scales.doctor.expectations import Expectations
+from scalar_scales.doctor.matching import Kind, Verdict, module_kind, packed_weights
+from scalar_scales.files.header import ending_with
+from scalar_scales.nvfp4 import ProducerLayout
+from scalar_scales.scan import CheckpointScan, ShardScan
+
+__all__ = ["KV_SCALES", "CheckpointView", "ModuleCounts", "NvFp4Modules", "ShardView"]
+
+KV_SCALES = (".k_scale", ".v_scale")
+ModuleCounts = Counter[tuple[str | None, Kind]]
+"""Modules by (the name of the NVFP4 group that quantizes them, or None; their kind)."""
+_JUDGED_KINDS: tuple[Kind, ...] = ("nvfp4", "quantized", "linear")
+
+
+@dataclass(frozen=True)
+class ShardView:
+    """One shard's per-tensor scales in scope, as columns, and the checkpoint's layout (None: not NVFP4, only the
+    scales ``--include`` names)."""
+
+    file: str
+    names: list[str]
+    shapes: list[tuple[int, ...]]
+    values: list[float | None]
+    layout: ProducerLayout | None
+
+    @classmethod
+    def of(cls, shard: ShardScan, layout: ProducerLayout | None) -> ShardView:
+        return cls(str(shard.path), shard.names, shard.shapes, shard.values, layout)
+
+
+@dataclass(frozen=True)
+class NvFp4Modules:
+    """The checkpoint's NVFP4 modules (those with a packed FP4 weight): each one's name, and for each tensor a
+    module has (``layout.leaves``), its index in the tensor table, or :attr:`CheckpointView.absent` where the
+    module lacks it."""
+
+    bases: list[str]
+    members: dict[str, list[int]]
+
+
+@dataclass(frozen=True)
+class Classified:
+    """The modules the config rules judge, by kind, and each one's verdict."""
+
+    modules: dict[Kind, list[str]]
+    verdicts: dict[Kind, list[Verdict]]
+
+
+class CheckpointView:
+    """The whole checkpoint: the scan, what the config makes a server expect, and every tensor of every shard as
+    one table (``names[i]``, ``dtypes[i]``, ``shapes[i]``, and ``file_of(i)``)."""
+
+    def __init__(self, scan: CheckpointScan, expectations: Expectations) -> None:
+        self.scan = scan
+        self.expectations = expectations
+        self.layout = scan.layout
+        headers = [shard.header for shard in scan.shards]
+        self.names: list[str] = list(chain.from_iterable(header.names for header in headers))
+        self.dtypes: list[str] = list(chain.from_iterable(header.dtypes for header in headers))
+        self.shapes: list[tuple[int, ...]] = list(chain.from_iterable(header.shapes for header in headers))
+        self._files = [str(header.path) for header in headers]
+        self._shard_of: list[int] = list(chain.from_iterable(repeat(k, len(h.names)) for k, h in enumerate(headers)))
+
+    @property
+    def absent(self) -> int:
+        """The index of a tensor a module lacks: past the end of the table."""
+        return len(self.names)
+
+    def file_of(self, index: int) -> str:
+        return self._files[self._shard_of[index]]
+
+    @cached_property
+    def shards(self) -> list[ShardView]:
+        return [ShardView.of(shard, self.layout) for shard in self.scan.shards]
+
+    @cached_property
+    def position(self) -> dict[str, int]:
+        """Each tensor's index in the table (a name two shards hold: the later one's)."""
+        return dict(zip(self.names, range(len(self.names)), strict=True))
+
+    @cached_property
+    def nvfp4(self) -> NvFp4Modules:
+        layout = self.layout
+        if layout is None:
+            return NvFp4Modules([], {})
+        names, position = self.names, self.position
+        packed = packed_weights(names, self.dtypes, position, layout)
+        cut = len(layout.weight) + 1
+        bases = [names[i][:-cut] for i in packed]
+        members = {layout.weight: packed} | {
+            leaf: list(map(position.get, map(operator.add, bases, repeat("." + leaf)), repeat(self.absent)))
+            for leaf in layout.leaves[1:]
+        }
+        return NvFp4Modules(bases, members)
+
+    @cached_property
+    def classified(self) -> Classified:
+        """Every module the config rules judge (NVFP4, quantized another way, unquantized linear), by kind, each
+        with its verdict against the declaration."""
+        modules: dict[Kind, list[str]] = {"nvfp4": self.nvfp4.bases, "quantized": [], "linear": []}
+        if self.layout is not None:
+            names, dtypes, shapes = self.names, self.dtypes, self.shapes
+            packed = set(self.nvfp4.bases)
+            held = self.position
+            for i in ending_with(names, ".weight"):
+                base = names[i][: -len(".weight")]
+                if base not in packed:
+                    extra = f"{base}.e_score_correction_bias" in held
+                    kind = module_kind(base, (dtypes[i], shapes[i]), packed=False, extra=extra)
+                    if kind in _JUDGED_KINDS:
+                        modules[kind].append(base)
+        verdicts = {kind: self.expectations.classify_each(found, kind) for kind, found in modules.items()}
+        return Classified(modules, verdicts)
+
+    @cached_property
+    def module_counts(self) -> ModuleCounts:
+        """The modules the rules judged, by (the NVFP4 group that quantizes them, or None; their kind)."""
+        counted: ModuleCounts = Counter()
+        for kind, verdicts in self.classified.verdicts.items():
+            distinct = dict(zip(map(id, verdicts), verdicts, strict=True))  # a few distinct verdicts, shared
+            for key, n in Counter(map(id, verdicts)).items():
+                groups, ignored = distinct[key]
+                counted[(groups[0].name if groups and not ignored else None, kind)] += n
+        return counted
+
+    @cached_property
+    def kv_scales(self) -> int:
+        """How many ``k_scale``/``v_scale`` tensors the shards hold."""
+        return sum(map(str.endswith, self.names, repeat(KV_SCALES)))
