@@ -331,14 +331,8 @@ class _Parser:
             if source.next == "}":
                 items.append(_Char("{".__eq__))
                 return
-            low_digits = high_digits = ""
-            while source.next in _DIGITS:
-                low_digits += source.get() or ""
-            if source.match(","):
-                while source.next in _DIGITS:
-                    high_digits += source.get() or ""
-            else:
-                high_digits = low_digits
+            low_digits = source.get_while(len(self.pattern), _DIGITS)
+            high_digits = source.get_while(len(self.pattern), _DIGITS) if source.match(",") else low_digits
             if not source.match("}"):
                 items.append(_Char("{".__eq__))
                 source.seek(here)
