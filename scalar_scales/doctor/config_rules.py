@@ -126,7 +126,11 @@ def targeted_but_not_nvfp4(checkpoint: CheckpointView) -> Iterator[Found]:
     """
     if not _judged(checkpoint):
         return
-    for kind, how in (("quantized", "quantized another way (its weight is not FP4)"), ("linear", "unquantized")):
+    stored: tuple[tuple[Kind, str], ...] = (
+        ("quantized", "quantized another way (its weight is not FP4)"),
+        ("linear", "unquantized"),
+    )
+    for kind, how in stored:
         for module, (groups, ignored) in _modules(checkpoint, kind):
             if groups and not ignored and not module.endswith("lm_head"):
                 tensor = f"{module}.weight"

@@ -36,8 +36,7 @@ from functools import cached_property
 from typing import Literal
 
 from scalar_scales.doctor.patterns import PatternSet
-from scalar_scales.files.header import ending_with
-from scalar_scales.nvfp4 import MODELOPT, ProducerLayout
+from scalar_scales.nvfp4 import MODELOPT
 from scalar_scales.sources.declaration import Declaration, Group
 
 __all__ = [
@@ -48,7 +47,6 @@ __all__ = [
     "Verdict",
     "fnmatch_pattern",
     "module_kind",
-    "packed_weights",
 ]
 
 Kind = Literal["nvfp4", "quantized", "linear", "embedding", "other"]
@@ -57,7 +55,7 @@ embedding, or anything else (a norm, a router with a bias of its own)."""
 
 EMBEDDING_NAMES = ("embed_tokens", "wte", "wpe", "word_embeddings", "embeddings")
 ROUTER_NAMES = ("gate", "router")
-_CLASS_TARGETS: dict[str, frozenset[str]] = {
+_CLASS_TARGETS: dict[Kind, frozenset[str]] = {
     "nvfp4": frozenset({"Linear", "Module"}),
     "quantized": frozenset({"Linear", "Module"}),
     "linear": frozenset({"Linear", "Module"}),
@@ -85,18 +83,6 @@ def module_kind(module: str, weight: tuple[str, tuple[int, ...]] | None, packed:
     if module.rpartition(".")[2] in EMBEDDING_NAMES:
         return "embedding"
     return "linear" if dtype in ("BF16", "F16", "F32", "F64") else "quantized"
-
-
-def packed_weights(names: list[str], dtypes: list[str], position: dict[str, int], layout: ProducerLayout) -> list[int]:
-    """The header indices of a shard's packed FP4 weights: compressed-tensors' every ``weight_packed``;
-    ModelOpt's ``weight`` where it is U8, or where the module has a ``weight_scale_2`` (a packed weight of the
-    wrong dtype, then)."""
-    suffix = f".{layout.weight}"
-    found = ending_with(names, suffix)
-    if not layout.weight_named_plainly:
-        return found
-    partner = f".{layout.weight_global}"
-    return [i for i in found if dtypes[i] == "U8" or names[i][: -len(suffix)] + partner in position]
 
 
 def fnmatch_pattern(wildcard: str) -> str:

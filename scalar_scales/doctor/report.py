@@ -39,8 +39,11 @@ SHOWN_PER_RULE = 5
 class FetchCounter(Protocol):
     """A remote source's account of what it read."""
 
-    bytes_fetched: int
-    bytes_total: int
+    @property
+    def bytes_fetched(self) -> int: ...
+
+    @property
+    def bytes_total(self) -> int: ...
 
 
 @dataclass

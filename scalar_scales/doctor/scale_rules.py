@@ -12,9 +12,11 @@ import operator
 import re
 from collections.abc import Iterator
 from itertools import compress, repeat
+from typing import cast
 
 from scalar_scales.doctor.rules import Found, checkpoint_rule, shard_rule
 from scalar_scales.doctor.view import CheckpointView, ShardView
+from scalar_scales.files.header import ending_with
 from scalar_scales.nvfp4 import (
     COMPRESSED_TENSORS,
     FORMAT_VERSION_KEY,
@@ -134,6 +136,9 @@ def invalid_scale_value(shard: ShardView) -> Iterator[Found]:
     scale flips signs, NaN makes every output NaN. ModelOpt's multipliers: 0
     zeroes what it scales, Inf makes it Inf. Corpus case: `uncalibrated-expert`.
     """
+    numbers = _numbers(shard.values)
+    if numbers is not None and (not numbers or (min(numbers) > 0.0 and max(numbers) < math.inf)):
+        return  # as nearly every checkpoint: decided at C speed
     for name, value in zip(shard.names, shard.values, strict=True):
         if value is not None and not 0.0 < value < math.inf:
             yield name, shard.file, _invalid_value_message(value, _leaf(name), shard.layout)
@@ -161,15 +166,17 @@ def other_convention(shard: ShardView) -> Iterator[Found]:
     layout = shard.layout
     if layout is None:
         return
-    bounds = {leaf: layout.other_convention_bound(leaf) for leaf in (layout.weight_global, layout.input_global)}
     below = layout.other_convention_below
-    for name, value in zip(shard.names, shard.values, strict=True):
-        if value is None or not 0.0 < value < math.inf:
-            continue
-        leaf = _leaf(name)
-        bound = bounds.get(leaf)  # None: a scale --include adds, held to no convention
-        if bound is not None and (value < bound if below else value > bound):
-            yield name, shard.file, _other_convention_message(value, leaf, layout)
+    for leaf in (layout.weight_global, layout.input_global):  # a scale --include adds is held to no convention
+        bound = layout.other_convention_bound(leaf)
+        at = ending_with(shard.names, f".{leaf}")
+        values = list(map(shard.values.__getitem__, at))
+        numbers = _numbers(values)
+        if numbers is not None and (not numbers or (min(numbers) >= bound if below else max(numbers) <= bound)):
+            continue  # as nearly every checkpoint: decided at C speed
+        for i, value in zip(at, values, strict=True):
+            if value is not None and 0.0 < value < math.inf and (value < bound if below else value > bound):
+                yield shard.names[i], shard.file, _other_convention_message(value, leaf, layout)
 
 
 @checkpoint_rule(
@@ -203,22 +210,57 @@ def fused_scales_differ(checkpoint: CheckpointView) -> Iterator[Found]:
     layout = checkpoint.layout
     if layout is None:
         return
+    modules, values, files = _weight_global_scales(checkpoint, layout)
+    scales = dict(zip(modules, zip(values, files, strict=True), strict=True))
+    split = list(map(str.rpartition, modules, repeat(".")))
+    owners, projections = list(map(_FIRST, split)), list(map(_LAST, split))
+    for partners in FUSED_PARTNERS:
+        settled: set[str] = set()
+        for k, first in enumerate(partners):
+            holding = compress(owners, map(operator.eq, projections, repeat(first)))
+            parents = [parent for parent in holding if parent not in settled] if settled else list(holding)
+            settled.update(parents)
+            kept = list(map(_FIRST, map(scales.__getitem__, map(operator.add, parents, repeat(f".{first}")))))
+            for member in partners[k + 1 :]:
+                held = list(map(scales.get, map(operator.add, parents, repeat(f".{member}"))))
+                for parent, value, found in zip(parents, kept, held, strict=True):
+                    if found is not None and found[0] != value:
+                        name = f"{parent}.{member}.{layout.weight_global}"
+                        yield name, found[1], _partner_message(parent, first, value, found[0], layout)
+
+
+def _weight_global_scales(
+    checkpoint: CheckpointView, layout: ProducerLayout
+) -> tuple[list[str], list[float], list[str]]:
+    """Every weight global scale with a value (not NaN): its module, its value and its file, as columns."""
     suffix = f".{layout.weight_global}"
-    groups: dict[tuple[str, tuple[str, ...]], dict[str, tuple[str, str, float]]] = {}
+    cut = slice(None, -len(suffix))
+    modules: list[str] = []
+    values: list[float] = []
+    files: list[str] = []
     for shard in checkpoint.shards:
-        for name, value in zip(shard.names, shard.values, strict=True):
-            if not name.endswith(suffix) or value is None or math.isnan(value):
-                continue
-            parent, _, projection = name[: -len(suffix)].rpartition(".")
-            partners = _PARTNERS_OF.get(projection)
-            if partners is not None:
-                groups.setdefault((parent, partners), {})[projection] = (name, shard.file, value)
-    for (parent, partners), members in groups.items():
-        first = next(p for p in partners if p in members)
-        kept = members[first][2]
-        for name, file, value in members.values():
-            if value != kept:
-                yield name, file, _partner_message(parent, first, kept, value, layout)
+        at = ending_with(shard.names, suffix)
+        found = list(map(shard.values.__getitem__, at))
+        numbers = _numbers(found)
+        if numbers is None:
+            at = [i for i, value in zip(at, found, strict=True) if value is not None and not math.isnan(value)]
+            numbers = [value for value in found if value is not None and not math.isnan(value)]
+        modules += map(operator.getitem, map(shard.names.__getitem__, at), repeat(cut))
+        values += numbers
+        files += repeat(shard.file, len(at))
+    return modules, values, files
+
+
+def _numbers(values: list[float | None]) -> list[float] | None:
+    """``values``, where every one was read and none is NaN (the order of values holds then); else None."""
+    if None in values:
+        return None
+    read = cast(list[float], values)
+    return None if any(map(math.isnan, read)) else read
+
+
+_FIRST = operator.itemgetter(0)
+_LAST = operator.itemgetter(2)
 
 
 def _leaf(name: str) -> str:

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import operator
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain, repeat
 
 from scalar_scales.doctor.expectations import Expectations
-from scalar_scales.doctor.matching import Kind, Verdict, module_kind, packed_weights
+from scalar_scales.doctor.matching import Kind, Verdict, module_kind
 from scalar_scales.files.header import ending_with
 from scalar_scales.nvfp4 import ProducerLayout
 from scalar_scales.scan import CheckpointScan, ShardScan
@@ -78,6 +79,7 @@ class CheckpointView:
         self.shapes: list[tuple[int, ...]] = list(chain.from_iterable(header.shapes for header in headers))
         self._files = [str(header.path) for header in headers]
         self._shard_of: list[int] = list(chain.from_iterable(repeat(k, len(h.names)) for k, h in enumerate(headers)))
+        self._ending_in: dict[str, dict[str, int]] = {}
 
     @property
     def absent(self) -> int:
@@ -96,19 +98,29 @@ class CheckpointView:
         """Each tensor's index in the table (a name two shards hold: the later one's)."""
         return dict(zip(self.names, range(len(self.names)), strict=True))
 
+    def ending_in(self, leaf: str) -> dict[str, int]:
+        """The tensors whose name's last part is ``leaf``, by the name of their module: each one's index."""
+        if leaf not in self._ending_in:
+            at = ending_with(self.names, "." + leaf)
+            cut = slice(None, -len(leaf) - 1)
+            modules: Iterator[str] = map(operator.getitem, map(self.names.__getitem__, at), repeat(cut))
+            self._ending_in[leaf] = dict(zip(modules, at, strict=True))
+        return self._ending_in[leaf]
+
     @cached_property
     def nvfp4(self) -> NvFp4Modules:
+        """The NVFP4 modules: compressed-tensors' every module with a ``weight_packed``; ModelOpt's with a
+        ``weight`` that is U8, or that has a ``weight_scale_2`` (a packed weight of the wrong dtype, then)."""
         layout = self.layout
         if layout is None:
             return NvFp4Modules([], {})
-        names, position = self.names, self.position
-        packed = packed_weights(names, self.dtypes, position, layout)
-        cut = len(layout.weight) + 1
-        bases = [names[i][:-cut] for i in packed]
-        members = {layout.weight: packed} | {
-            leaf: list(map(position.get, map(operator.add, bases, repeat("." + leaf)), repeat(self.absent)))
-            for leaf in layout.leaves[1:]
-        }
+        held = {leaf: self.ending_in(leaf) for leaf in layout.leaves}
+        packed = held[layout.weight]
+        if layout.weight_named_plainly:
+            scaled, dtypes = held[layout.weight_global], self.dtypes
+            packed = {base: i for base, i in packed.items() if dtypes[i] == "U8" or base in scaled}
+        bases = list(packed)
+        members = {leaf: list(map(found.get, bases, repeat(self.absent))) for leaf, found in held.items()}
         return NvFp4Modules(bases, members)
 
     @cached_property
@@ -117,16 +129,14 @@ class CheckpointView:
         with its verdict against the declaration."""
         modules: dict[Kind, list[str]] = {"nvfp4": self.nvfp4.bases, "quantized": [], "linear": []}
         if self.layout is not None:
-            names, dtypes, shapes = self.names, self.dtypes, self.shapes
+            dtypes, shapes = self.dtypes, self.shapes
             packed = set(self.nvfp4.bases)
-            held = self.position
-            for i in ending_with(names, ".weight"):
-                base = names[i][: -len(".weight")]
-                if base not in packed:
-                    extra = f"{base}.e_score_correction_bias" in held
-                    kind = module_kind(base, (dtypes[i], shapes[i]), packed=False, extra=extra)
-                    if kind in _JUDGED_KINDS:
-                        modules[kind].append(base)
+            others = {base: i for base, i in self.ending_in("weight").items() if base not in packed}
+            routers = self.ending_in("e_score_correction_bias") if others else {}
+            for base, i in others.items():
+                kind = module_kind(base, (dtypes[i], shapes[i]), packed=False, extra=base in routers)
+                if kind in _JUDGED_KINDS:
+                    modules[kind].append(base)
         verdicts = {kind: self.expectations.classify_each(found, kind) for kind, found in modules.items()}
         return Classified(modules, verdicts)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +44,8 @@ def json_object(raw: bytes, path: str | os.PathLike[str], unique: str | None = N
     def remember_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         found = dict(pairs)
         if len(found) < len(pairs):
-            seen: set[str] = set()
-            duplicated[id(found)] = (found, {key for key, _ in pairs if key in seen or seen.add(key)})
+            counted = Counter(key for key, _ in pairs)
+            duplicated[id(found)] = (found, {key for key, n in counted.items() if n > 1})
         return found
 
     try:

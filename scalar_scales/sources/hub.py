@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -133,7 +133,7 @@ class HubShards:
 
         self.address = address
         self.commit = commit
-        self._url = lambda name: hf_hub_url(repo_id, name, revision=commit)
+        self._url: Callable[[str], str] = lambda name: hf_hub_url(repo_id, name, revision=commit)
         self._client = _Client(constants.HF_HUB_DOWNLOAD_TIMEOUT)
         self._lock = threading.Lock()
         self.bytes_fetched = 0
