@@ -102,9 +102,7 @@ def spaced_shard(folder: Path, scales: int = 200_000) -> Path:
         f"{('weight', 'input')[i % 2]}_global_scale"
         for i in range(scales)
     ]
-    header = {
-        name: {"dtype": "F32", "shape": [1], "data_offsets": [4 * k, 4 * k + 4]} for k, name in enumerate(names)
-    }
+    header = {name: {"dtype": "F32", "shape": [1], "data_offsets": [4 * k, 4 * k + 4]} for k, name in enumerate(names)}
     raw = json.dumps(header, indent=1).encode()
     raw += b" " * (-len(raw) % 8)
     (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw + struct.pack("<f", 448.0) * scales)

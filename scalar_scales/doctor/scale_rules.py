@@ -211,22 +211,25 @@ def fused_scales_differ(checkpoint: CheckpointView) -> Iterator[Found]:
     if layout is None:
         return
     modules, values, files = _weight_global_scales(checkpoint, layout)
-    scales = dict(zip(modules, zip(values, files, strict=True), strict=True))
+    value_of = dict(zip(modules, values, strict=True))
+    file_of = dict(zip(modules, files, strict=True))
     split = list(map(str.rpartition, modules, repeat(".")))
     owners, projections = list(map(_FIRST, split)), list(map(_LAST, split))
     for partners in FUSED_PARTNERS:
         settled: set[str] = set()
-        for k, first in enumerate(partners):
+        for k, first in enumerate(partners[:-1]):  # the last partner holds no one to compare with
             holding = compress(owners, map(operator.eq, projections, repeat(first)))
             parents = [parent for parent in holding if parent not in settled] if settled else list(holding)
             settled.update(parents)
-            kept = list(map(_FIRST, map(scales.__getitem__, map(operator.add, parents, repeat(f".{first}")))))
+            kept = list(map(value_of.__getitem__, map(operator.add, parents, repeat(f".{first}"))))
             for member in partners[k + 1 :]:
-                held = list(map(scales.get, map(operator.add, parents, repeat(f".{member}"))))
-                for parent, value, found in zip(parents, kept, held, strict=True):
-                    if found is not None and found[0] != value:
-                        name = f"{parent}.{member}.{layout.weight_global}"
-                        yield name, found[1], _partner_message(parent, first, value, found[0], layout)
+                held = list(map(value_of.get, map(operator.add, parents, repeat(f".{member}"))))
+                for j in compress(range(len(parents)), map(operator.ne, kept, held)):
+                    value = held[j]
+                    if value is not None:  # a member the module lacks is no partner to differ
+                        module = f"{parents[j]}.{member}"
+                        message = _partner_message(parents[j], first, kept[j], value, layout)
+                        yield f"{module}.{layout.weight_global}", file_of[module], message
 
 
 def _weight_global_scales(

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import operator
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
-from itertools import chain, repeat
+from itertools import accumulate, chain, repeat
 
 from scalar_scales.doctor.expectations import Expectations
 from scalar_scales.doctor.matching import Kind, Verdict, module_kind
@@ -79,7 +78,9 @@ class CheckpointView:
         self.shapes: list[tuple[int, ...]] = list(chain.from_iterable(header.shapes for header in headers))
         self._files = [str(header.path) for header in headers]
         self._shard_of: list[int] = list(chain.from_iterable(repeat(k, len(h.names)) for k, h in enumerate(headers)))
-        self._ending_in: dict[str, dict[str, int]] = {}
+        self._ending_in: dict[str, tuple[list[str], list[int]]] = {}
+        self._starts = list(accumulate((len(header.names) for header in headers), initial=0))[:-1]
+        """Where each shard's tensors start in the table."""
 
     @property
     def absent(self) -> int:
@@ -100,12 +101,24 @@ class CheckpointView:
 
     def ending_in(self, leaf: str) -> dict[str, int]:
         """The tensors whose name's last part is ``leaf``, by the name of their module: each one's index."""
+        return dict(zip(*self._tensors_of(leaf), strict=True))
+
+    def _tensors_of(self, leaf: str) -> tuple[list[str], list[int]]:
+        """The tensors whose name's last part is ``leaf``, in order: their modules' names, and their indices."""
         if leaf not in self._ending_in:
             at = ending_with(self.names, "." + leaf)
-            cut = slice(None, -len(leaf) - 1)
-            modules: Iterator[str] = map(operator.getitem, map(self.names.__getitem__, at), repeat(cut))
-            self._ending_in[leaf] = dict(zip(modules, at, strict=True))
+            self._ending_in[leaf] = _modules_of(self.names, at, leaf), at
         return self._ending_in[leaf]
+
+    def _scales_of(self, leaf: str) -> tuple[list[str], list[int]]:
+        """:meth:`_tensors_of` a per-tensor scale's leaf, found among the scan's scales rather than every tensor."""
+        modules: list[str] = []
+        indices: list[int] = []
+        for start, shard in zip(self._starts, self.scan.shards, strict=True):
+            at = ending_with(shard.names, "." + leaf)
+            modules += _modules_of(shard.names, at, leaf)
+            indices += map(start.__add__, map(shard.indices.__getitem__, at))
+        return modules, indices
 
     @cached_property
     def nvfp4(self) -> NvFp4Modules:
@@ -114,13 +127,22 @@ class CheckpointView:
         layout = self.layout
         if layout is None:
             return NvFp4Modules([], {})
-        held = {leaf: self.ending_in(leaf) for leaf in layout.leaves}
-        packed = held[layout.weight]
+        held = {leaf: self._tensors_of(leaf) for leaf in (layout.weight, layout.weight_scale)}
+        held |= {leaf: self._scales_of(leaf) for leaf in (layout.weight_global, layout.input_global)}
+        bases, packed = held[layout.weight]
         if layout.weight_named_plainly:
-            scaled, dtypes = held[layout.weight_global], self.dtypes
-            packed = {base: i for base, i in packed.items() if dtypes[i] == "U8" or base in scaled}
-        bases = list(packed)
-        members = {leaf: list(map(found.get, bases, repeat(self.absent))) for leaf, found in held.items()}
+            scaled, dtypes = set(held[layout.weight_global][0]), self.dtypes
+            kept = [
+                k for k, (base, i) in enumerate(zip(bases, packed, strict=True)) if dtypes[i] == "U8" or base in scaled
+            ]
+            bases, packed = [bases[k] for k in kept], [packed[k] for k in kept]
+        members = {layout.weight: packed}
+        for leaf in layout.leaves[1:]:
+            modules, at = held[leaf]
+            if modules == bases:  # every module has it, listed in the same order, as writers list them
+                members[leaf] = at
+            else:
+                members[leaf] = list(map(dict(zip(modules, at, strict=True)).get, bases, repeat(self.absent)))
         return NvFp4Modules(bases, members)
 
     @cached_property
@@ -155,3 +177,9 @@ class CheckpointView:
     def kv_scales(self) -> int:
         """How many ``k_scale``/``v_scale`` tensors the shards hold."""
         return sum(map(str.endswith, self.names, repeat(KV_SCALES)))
+
+
+def _modules_of(names: list[str], at: list[int], leaf: str) -> list[str]:
+    """The modules of the tensors ``at``, each named ``<module>.<leaf>``."""
+    cut = slice(None, -len(leaf) - 1)
+    return list(map(operator.getitem, map(names.__getitem__, at), repeat(cut)))

@@ -2,20 +2,22 @@
 
 The format is an 8-byte little-endian header length, a JSON header, then raw
 tensor bytes. We accept what safetensors' own reader (the ``safetensors``
-package, Rust) accepts and refuse what it refuses, and say which rule failed:
+package, Rust, with serde_json) accepts and refuse what it refuses, and say
+which rule failed:
 
 - the file holds at least the 8-byte length; the header is at most
   100,000,000 bytes and lies inside the file;
-- the header is UTF-8 and strict JSON (no NaN, no lone surrogates, no raw
-  control characters in strings, nesting at most 127 deep), one object with
-  only JSON whitespace around it;
+- the header is UTF-8 and strict JSON (no NaN, no number out of a 64-bit
+  float's range, even where ignored; no lone surrogates, no raw control
+  characters in strings; nesting at most 127 deep), one object with only
+  JSON whitespace around it;
 - ``__metadata__`` appears at most once and is null or an object of
   strings; any other key is a tensor whose entry is an object (or a
   3-element array) with exactly one ``dtype``, ``shape`` and
   ``data_offsets``; other fields are ignored. A tensor named twice keeps its
   last entry, and every entry must be valid;
 - ``dtype`` is one the reference knows; shape dimensions and offsets are
-  integers in [0, 2^64);
+  integers in [0, 2^64) (``-0`` is not one: serde_json reads it as a float);
 - sorted by offsets, the tensors tile the data section from 0 to its last
   byte with no gap and no overlap, and each holds exactly the bytes its
   dtype and shape need (a whole number of bytes, computed without
@@ -26,13 +28,54 @@ the rule. ``tests/base/files/test_reference_reader.py`` checks the verdict and t
 tensor table against the ``safetensors`` package on generated and mutated
 headers.
 
-Only the header is read, never the data. A large MoE has hundreds of
-thousands of entries, so headers in the reference writer's compact layout
-are read by one regular expression whose matches, each led by its comma,
-must tile the header exactly; they are then validated column-wise. Any
-other layout is read with ``json`` and the rules above. Both give the same
-result; the fast path also records where each entry's shape is written,
-which is what an in-place edit needs.
+Only the header is read, never the data, but a large MoE's shard has
+hundreds of thousands of entries, and writers space their JSON as they like.
+So there is one parser, ``json.loads``, run once with no hook (C speed,
+whatever the spacing), and the rules are checked on whole columns (``map``,
+``set``, ``min``, list comparison), never entry by entry in Python. That is
+the plain route. ``json`` lets through more than serde_json, and the plain
+route vouches for a header only where it can prove that none of it is there:
+
+- a key given twice: ``json`` keeps its last value silently. Each key of an
+  object is followed by one colon in the raw header, and any other colon is
+  inside a string. The plain route knows every object of its headers (the
+  header, the entries, the metadata), so when the raw header holds no more
+  colons than their keys and the known strings account for, no key was
+  given twice. (A ``\\u`` escape can write a colon the raw bytes do not
+  show: then the strings' colons are not counted, which can only turn a
+  header away.)
+- ``-0``, which ``json`` reads as 0 and serde_json as a float: found by a
+  byte search (for ``-``, as fast as ``memchr``; then a regular expression).
+- lone surrogates, which ``json`` decodes from ``\\u`` escapes: looked for
+  in the strings only where the raw header holds a surrogate escape.
+- NaN, floats, integers too long for a float or for Python's ``int``,
+  nesting of any depth, ignored fields: a plain header is one whose entries
+  are objects of exactly the three fields, with a known dtype, and
+  dimensions and offsets that are integers, and whose metadata maps strings
+  to strings. Such a header has room for none of them.
+
+Whether those integers lie in [0, 2^64) is left to the checks of offsets
+and sizes that every header goes through (:func:`_validate`): where they
+pass, the offsets tile the data section and every element count was
+computed, as the reference does, in [0, 2^64), so every number is in range;
+where they fail on a header with a number out of range, the careful route
+reads it again to name the rule it breaks.
+
+Any header the plain route does not vouch for (an ignored field, a name
+given twice, an entry written as an array, a quirk above, invalid JSON)
+takes the careful route: ``json.loads`` again, with hooks that keep every
+key and see every number, then the rules entry by entry. It is linear too,
+but several times slower, and real headers rarely need it.
+
+An in-place edit needs to know where each entry's shape is written.
+:attr:`SafetensorsHeader.shape_spans` finds every ``"shape":[...]`` by one
+scan of the raw header, and trusts what it finds only where that proves it:
+the header was read on the plain route (each key once, each entry an object
+of exactly the three fields, in the order written), it holds no backslash
+(so every quote delimits a string, and ``"shape":[`` can only be a ``shape``
+key and its array of integers) and it holds as many of them as entries.
+That is the reference writer's compact layout, among others; any other
+layout is left to the editor's checked path.
 """
 
 from __future__ import annotations
@@ -44,13 +87,13 @@ import operator
 import os
 import re
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
-from itertools import accumulate, compress, repeat
+from itertools import chain, compress, repeat
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple, NoReturn, TypeGuard
 
 from scalar_scales.errors import CheckpointError
 
@@ -101,21 +144,13 @@ _MAX_DEPTH = 127
 """The deepest nesting of arrays and objects serde_json accepts (its recursion limit is 128)."""
 _METADATA_KEY = "__metadata__"
 _ENTRY_FIELDS = ("dtype", "shape", "data_offsets")
-
-_INT = r"(?:0|[1-9][0-9]*)"
-_NAME = r'[^"\\\x00-\x1f]*'
-"""A JSON string's content with no escape and no control character (which JSON forbids raw)."""
-_CANONICAL_ENTRY = re.compile(
-    rf',"([^"]*)":\{{"dtype":"([A-Z0-9_]+)","shape":\[( ?|{_INT}(?:,{_INT})*)\],'
-    rf'"data_offsets":\[({_INT}),({_INT})\]\}}'
-)
-"""A tensor's entry in the compact layout. Its name is matched up to the next quote, and only then, all names at
-once, checked for escapes and control characters (:func:`_parse_canonical`): a class that leaves them out
-makes the match half as slow again."""
-_CONTROL_CHARACTERS = bytes(range(0x20))
-_ENTRY_FRAME = len(',"":{"dtype":"","shape":[],"data_offsets":[,]}')
-_SHAPE_AFTER_NAME_AND_DTYPE = len('"":{"dtype":"","shape":[')
-_METADATA = re.compile(rf'\{{"__metadata__":(\{{(?:"{_NAME}":"{_NAME}"(?:,"{_NAME}":"{_NAME}")*)?\}})')
+_DTYPE, _SHAPE, _OFFSETS = map(operator.itemgetter, _ENTRY_FIELDS)
+_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
+_KNOWN_DTYPES = {dtype: dtype for dtype in DTYPE_BITS}
+_NEGATIVE_ZERO = re.compile(rb"[\[,:][ \t\n\r]*-0(?![0-9.eE])")
+"""``-0`` as a JSON number (or, rarely, as text in a string: that only sends a header the careful way)."""
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SHAPE_KEY = re.compile(rb'"shape":\[([^\]]*)\]')
 
 
 class TensorEntry(NamedTuple):
@@ -132,13 +167,15 @@ class TensorEntry(NamedTuple):
 class SafetensorsHeader:
     """A validated header, held column-wise: entry ``i`` is ``names[i]``, ``dtypes[i]``, ...
 
-    ``shape_spans``, for headers in the compact layout, gives for each entry
-    the byte range inside ``raw`` between the brackets of its shape; None for
-    any other layout. It is worked out only when an edit asks for it.
-    ``path`` is a local :class:`Path`, or the ``hf://`` address (a string) of
-    a remote file read by range requests. ``identity``, for a local file, is
-    the one that was read (:func:`file_identity`), so that an edit can tell it
-    still has it.
+    ``shape_spans`` gives for each entry the byte range inside ``raw``
+    between the brackets of its shape, where the header proves it (see the
+    module's docstring: a plain header with every shape written
+    ``"shape":[``); None otherwise. It is worked out only when an edit asks
+    for it. ``plain`` says the header was read on the plain route. ``path``
+    is a local :class:`Path`, or the ``hf://`` address (a string) of a
+    remote file read by range requests. ``identity``, for a local file, is
+    the one that was read (:func:`file_identity`), so that an edit can tell
+    it still has it.
     """
 
     path: Path | str
@@ -149,7 +186,7 @@ class SafetensorsHeader:
     begins: list[int]
     ends: list[int]
     metadata: dict[str, str] | None
-    compact: _CompactLayout | None
+    plain: bool = False
     identity: FileIdentity | None = None
 
     @property
@@ -158,7 +195,7 @@ class SafetensorsHeader:
 
     @cached_property
     def shape_spans(self) -> list[tuple[int, int]] | None:
-        return None if self.compact is None else self.compact.shape_spans()
+        return _shape_spans(self.raw, len(self.names)) if self.plain else None
 
     @cached_property
     def tensors(self) -> dict[str, TensorEntry]:
@@ -170,22 +207,12 @@ class SafetensorsHeader:
         }
 
 
-class _CompactLayout(NamedTuple):
-    """Where the entries of a compact header sit: where the first starts, and each entry's texts.
-
-    Kept as columns of strings rather than one tuple per entry: strings are
-    not tracked by the garbage collector, tuples are.
-    """
-
-    start: int
-    texts: tuple[list[str], list[str], list[str], list[str], list[str]]
-
-    def shape_spans(self) -> list[tuple[int, int]]:
-        names, dtypes, shapes, begins, ends = (list(map(len, column)) for column in self.texts)
-        lengths = map(sum, zip(names, dtypes, shapes, begins, ends, repeat(_ENTRY_FRAME), strict=False))
-        starts = accumulate(lengths, initial=self.start)
-        shape_begins = list(map(sum, zip(starts, names, dtypes, repeat(_SHAPE_AFTER_NAME_AND_DTYPE), strict=False)))
-        return list(zip(shape_begins, map(operator.add, shape_begins, shapes), strict=True))
+def _shape_spans(raw: bytes, count: int) -> list[tuple[int, int]] | None:
+    """Where each of the ``count`` entries of a plain header writes its shape, or None where that is not proved."""
+    if b"\\" in raw:
+        return None
+    spans = list(map(re.Match.span, _SHAPE_KEY.finditer(raw), repeat(1)))
+    return spans if len(spans) == count else None
 
 
 class _Columns(NamedTuple):
@@ -195,7 +222,7 @@ class _Columns(NamedTuple):
     begins: list[int]
     ends: list[int]
     metadata: dict[str, str] | None
-    compact: _CompactLayout | None
+    plain: bool
 
 
 def ending_with(names: list[str], suffix: str | tuple[str, ...]) -> list[int]:
@@ -234,7 +261,7 @@ def header_length_of(path: str | os.PathLike[str], prefix: bytes, file_size: int
     """The header length a file's first 8 bytes declare, checked against the limit and the file's size."""
     if len(prefix) < 8:
         raise CheckpointError(path, f"truncated: {file_size} bytes, too short for the 8-byte header length")
-    (header_length,) = struct.unpack("<Q", prefix)
+    header_length: int = struct.unpack("<Q", prefix)[0]
     if header_length > MAX_HEADER_BYTES:
         raise CheckpointError(path, f"header length {header_length} exceeds the {MAX_HEADER_BYTES}-byte limit")
     if 8 + header_length > file_size:
@@ -250,9 +277,23 @@ def parse_header(
     ``path`` names the file in errors: a local path, or the address of a
     remote file whose bytes came by range requests.
     """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CheckpointError(path, "header is not valid UTF-8") from None
+    data_size = file_size - 8 - len(raw)
     with _collector_paused():
-        columns = _parse_canonical(raw) or _parse_json(path, raw)
-    _validate(path, columns, data_size=file_size - 8 - len(raw))
+        columns = _read_plain(raw, text)
+        if columns is not None:
+            try:
+                _validate(path, columns, data_size)
+            except CheckpointError:
+                if _sizes_in_range(columns):
+                    raise
+                columns = None  # a number out of range: the careful route names the rule it breaks
+        if columns is None:
+            columns = _read_carefully(path, raw, text)
+            _validate(path, columns, data_size)
     return SafetensorsHeader(
         path=path,
         raw=raw,
@@ -262,7 +303,7 @@ def parse_header(
         begins=columns.begins,
         ends=columns.ends,
         metadata=columns.metadata,
-        compact=columns.compact,
+        plain=columns.plain,
         identity=identity,
     )
 
@@ -271,8 +312,8 @@ def parse_header(
 def _collector_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector while a header is parsed.
 
-    Parsing builds many small tuples and strings, none in a cycle; the
-    collections they would trigger cost about a third of the parse time on a
+    Parsing builds many small objects, none in a cycle; the collections
+    they would trigger cost about a third of the parse time on a
     V4-Flash-sized checkpoint.
     """
     enabled = gc.isenabled()
@@ -284,60 +325,67 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _parse_canonical(raw: bytes) -> _Columns | None:
-    """Columns of a header in the reference writer's compact layout, or None for any other layout.
+def _read_plain(raw: bytes, text: str) -> _Columns | None:
+    """The columns of a header within the plain route's bounds (module docstring), or None for the careful route.
 
-    ASCII only, no escapes, no control characters, no name twice, no tensor
-    named like the metadata: anything else takes the general path, which
-    knows those rules.
+    Every step runs over whole columns. None says only that this route
+    cannot vouch for the header, never that the header is wrong. Dimensions
+    and offsets are integers, not yet known to be in [0, 2^64).
     """
-    if not raw.isascii():
+    if b"-" in raw and _NEGATIVE_ZERO.search(raw):  # one byte, searched as fast as memchr; two are not
         return None
-    text = raw.decode("ascii").rstrip(" ")
-    if not (text.startswith("{") and text.endswith("}")) or "\\" in text:
-        return None  # no escape anywhere
-    metadata = None
-    if text.startswith('{"__metadata__":'):
-        match = _METADATA.match(text)
-        if match is None:
-            return None
-        metadata, start = json.loads(match.group(1)), match.end()
-        body = text[start:-1]
-    else:
-        start, body = 0, "," + text[1:-1]
-    if body in ("", ","):
-        empty = _CompactLayout(start + 1, ([], [], [], [], []))
-        return _Columns([], [], [], [], [], metadata, empty) if body == "" or metadata is None else None
-    entries = _CANONICAL_ENTRY.findall(body)
-    if not entries:
+    try:
+        document = json.loads(text)
+    except (ValueError, RecursionError):
         return None
-    names, dtypes, shape_texts, begin_texts, end_texts = texts = tuple(map(list, zip(*entries, strict=True)))
-    del entries
-    joined = list(map("".join, texts))
-    if sum(map(len, joined)) + len(names) * _ENTRY_FRAME != len(body):
-        return None  # the matches do not tile the body: something else is in there
-    if len(joined[0].encode("ascii").translate(None, _CONTROL_CHARACTERS)) != len(joined[0]):
-        return None  # a name holds a control character
-    if len(set(names)) != len(names) or _METADATA_KEY in names:
+    if type(document) is not dict:
         return None
-    parsed_shapes = {t: tuple(int(d) for d in t.split(",")) if t.strip() else () for t in set(shape_texts)}
-    ends = list(map(int, end_texts))
-    if begin_texts[0] == "0" and begin_texts[1:] == end_texts[:-1]:  # written in offset order, as usual
-        begins = [0, *ends[:-1]]
-    else:
-        begins = list(map(int, begin_texts))
-    return _Columns(
-        names=names,
-        dtypes=dtypes,
-        shapes=list(map(parsed_shapes.__getitem__, shape_texts)),
-        begins=begins,
-        ends=ends,
-        metadata=metadata,
-        compact=_CompactLayout(start + 1, texts),
-    )
+    keys = len(document)
+    metadata = document.pop(_METADATA_KEY, None)
+    if metadata is not None and (type(metadata) is not dict or not {str} >= set(map(type, metadata.values()))):
+        return None
+    names, specs = list(document), list(document.values())
+    del document
+    try:
+        dtypes = list(map(_KNOWN_DTYPES.__getitem__, map(_DTYPE, specs)))
+        shapes, offsets = list(map(_SHAPE, specs)), list(map(_OFFSETS, specs))
+        begins, ends = list(map(_FIRST, offsets)), list(map(_SECOND, offsets))
+    except (KeyError, TypeError, IndexError):  # not an object of the three fields, an unknown dtype, no pair
+        return None
+    del specs
+    if not {list} >= set(map(type, shapes)) or not {2} >= set(map(len, offsets)):
+        return None  # offsets that are no list of two fail below: their items are no integers
+    del offsets
+    if not {int} >= set(map(type, chain(begins, ends, chain.from_iterable(shapes)))):
+        return None
+    escapes = b"\\" in raw and b"\\u" in raw
+    if escapes and _SURROGATE_ESCAPE.search(raw) and not _encodable("".join(_strings(names, metadata))):
+        return None
+    colons = raw.count(b":")
+    keys += len(_ENTRY_FIELDS) * len(names) + len(metadata or ())
+    if colons != keys and (escapes or colons != keys + "".join(_strings(names, metadata)).count(":")):
+        return None  # a key given twice, or a colon in a string the count cannot see
+    return _Columns(names, dtypes, list(map(tuple, shapes)), begins, ends, metadata, plain=True)
 
 
-class _Object(list):
+def _strings(names: list[str], metadata: dict[str, str] | None) -> Iterator[str]:
+    return chain(names, metadata or (), (metadata or {}).values())
+
+
+def _sizes_in_range(columns: _Columns) -> bool:
+    numbers = list(chain(columns.begins, columns.ends, chain.from_iterable(columns.shapes)))
+    return not numbers or 0 <= min(numbers) <= max(numbers) < _USIZE_END
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+class _Object(list[tuple[str, object]]):
     """A JSON object as its (key, value) pairs, in order and with repeats: the rules differ by where it is."""
 
 
@@ -345,13 +393,15 @@ _NOT_A_SIZE = object()
 """What a negative JSON integer parses to: never a valid size or offset, and ``-0`` is no exception."""
 
 
-def _parse_json(path: Path | str, raw: bytes) -> _Columns:
+def _read_carefully(path: Path | str, raw: bytes, text: str) -> _Columns:
+    """The columns of any header, entry by entry, keeping every key and seeing every number; or the refusal.
+
+    Only the parts no rule reads (ignored fields) are walked for depth and lone surrogates; the names and the
+    metadata are looked at for lone surrogates where the raw header holds a surrogate escape. Every other part
+    is checked to be a string, or integers, of a known shape: no room for either.
+    """
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise CheckpointError(path, "header is not valid UTF-8") from None
-    try:
-        document = json.loads(
+        document: object = json.loads(
             text,
             object_pairs_hook=_Object,
             parse_constant=_refuse_constant,
@@ -362,9 +412,6 @@ def _parse_json(path: Path | str, raw: bytes) -> _Columns:
         raise CheckpointError(path, f"header is not valid JSON (nested deeper than {_MAX_DEPTH} levels)") from None
     except ValueError as exc:
         raise CheckpointError(path, f"header is not valid JSON ({exc})") from None
-    problem = _strict_json_problem(document)
-    if problem:
-        raise CheckpointError(path, f"header is not valid JSON ({problem})")
     if not isinstance(document, _Object):
         kind = "null" if document is None else type(document).__name__
         raise CheckpointError(path, f"header is a JSON {kind}, not an object")
@@ -379,12 +426,22 @@ def _parse_json(path: Path | str, raw: bytes) -> _Columns:
             metadata = _metadata(path, spec)
         else:
             tensors[name] = _entry_fields(path, name, spec)
+    if b"\\" in raw and _SURROGATE_ESCAPE.search(raw) and not _encodable("".join(_names_and_metadata(document))):
+        raise CheckpointError(path, "header is not valid JSON (a string holds a lone surrogate)")
     columns = tuple(map(list, zip(*tensors.values(), strict=True))) or ([], [], [], [])
     dtypes, shapes, begins, ends = columns
-    return _Columns(list(tensors), dtypes, shapes, begins, ends, metadata, compact=None)
+    return _Columns(list(tensors), dtypes, shapes, begins, ends, metadata, plain=False)
 
 
-def _refuse_constant(constant: str) -> Any:
+def _names_and_metadata(document: _Object) -> Iterator[str]:
+    """Every tensor name, and every string of the metadata, as written: repeats included."""
+    for name, spec in document:
+        yield name
+        if name == _METADATA_KEY and isinstance(spec, _Object):
+            yield from (text for pair in spec for text in pair if isinstance(text, str))
+
+
+def _refuse_constant(constant: str) -> NoReturn:
     raise ValueError(f"{constant} is not JSON")
 
 
@@ -395,14 +452,14 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def _size_or_not(text: str) -> Any:
+def _size_or_not(text: str) -> object:
     """An integer as the reference reads one: too long for a 64-bit float is out of range, even where ignored."""
     if len(text) > 300 and math.isinf(float(text)):
         raise ValueError(f"number {text[:12]}... out of range")
     return _NOT_A_SIZE if text.startswith("-") else int(text)
 
 
-def _strict_json_problem(value: Any, depth: int = 0) -> str | None:
+def _strict_json_problem(value: object, depth: int = 0) -> str | None:
     """What ``json`` accepts and strict JSON does not: nesting past serde_json's limit, lone surrogates."""
     if isinstance(value, str):
         try:
@@ -423,7 +480,7 @@ def _metadata(path: Path | str, spec: object) -> dict[str, str] | None:
         return None
     if not isinstance(spec, _Object) or not all(isinstance(value, str) for _, value in spec):
         raise CheckpointError(path, f"{_METADATA_KEY} must be null or map strings to strings")
-    return dict(spec)
+    return {key: value for key, value in spec if isinstance(value, str)}
 
 
 def _entry_fields(path: Path | str, name: str, spec: object) -> tuple[str, tuple[int, ...], int, int]:
@@ -435,6 +492,10 @@ def _entry_fields(path: Path | str, name: str, spec: object) -> tuple[str, tuple
                 if key in fields:
                     raise CheckpointError(path, f"entry has {key} twice", tensor=name)
                 fields[key] = value
+            else:
+                problem = _strict_json_problem(key) or _strict_json_problem(value, depth=2)
+                if problem:
+                    raise CheckpointError(path, f"header is not valid JSON ({problem})", tensor=name)
         missing = [key for key in _ENTRY_FIELDS if key not in fields]
         if missing:
             raise CheckpointError(path, f"entry has no {missing[0]}", tensor=name)
@@ -465,16 +526,17 @@ def _shown(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _is_size_list(value: object) -> bool:
+def _is_size_list(value: object) -> TypeGuard[list[int]]:
     return type(value) is list and all(type(v) is int and v < _USIZE_END for v in value)
 
 
 def _element_count(shape: tuple[int, ...]) -> int | None:
-    """The number of elements, or None where the reference's checked 64-bit product overflows on the way."""
+    """The number of elements, or None where the reference's checked 64-bit product overflows on the way (or,
+    on the plain route, a dimension is negative)."""
     count = 1
     for dimension in shape:
         count *= dimension
-        if count >= _USIZE_END:
+        if not 0 <= count < _USIZE_END:
             return None
     return count
 
@@ -486,22 +548,29 @@ def _bit_count(elements: int | None, bits: int) -> int | None:
     return elements * bits
 
 
-def _byte_count(sized: tuple[tuple[int, ...], str]) -> int | None:
-    """A tensor's size in bytes, from its shape and dtype; None where it is no whole number of bytes or the
-    reference's 64-bit arithmetic overflows."""
-    bits = _bit_count(_element_count(sized[0]), DTYPE_BITS[sized[1]])
-    return None if bits is None or bits % 8 else bits // 8
+def _as_needed(
+    held_bits: list[int],
+    elements: dict[tuple[int, ...], int | None],
+    shapes: list[tuple[int, ...]],
+    dtypes: list[str],
+    covered: int,
+) -> bool:
+    """Whether every tensor holds the bits its shape and dtype need, computed as the reference does, in 64 bits.
+
+    Every tensor lies within ``covered`` bytes, so while that is under 2^61
+    no bit count that matches what a tensor holds can overflow.
+    """
+    if None in elements.values():
+        return False
+    needed = list(map(operator.mul, map(elements.__getitem__, shapes), map(DTYPE_BITS.__getitem__, dtypes)))
+    return needed == held_bits and (covered < 1 << 61 or max(needed, default=0) < _USIZE_END)
 
 
 def _validate(path: Path | str, columns: _Columns, data_size: int) -> None:
-    """The reference's checks, over whole columns at C speed; a failure is then located and named."""
+    """The reference's checks on offsets and sizes, over whole columns at C speed; a failure is then located and
+    named. Both routes give known dtypes, and offsets and dimensions that are integers."""
     names, dtypes, shapes, begins, ends = columns[:5]
-    if not DTYPE_BITS.keys() >= set(dtypes):
-        i = next(i for i, dtype in enumerate(dtypes) if dtype not in DTYPE_BITS)
-        raise CheckpointError(path, f"unknown dtype {json.dumps(dtypes[i])}", tensor=names[i])
-    if max(begins, default=0) >= _USIZE_END or max(ends, default=0) >= _USIZE_END:
-        i = next(i for i in range(len(names)) if max(begins[i], ends[i]) >= _USIZE_END)
-        raise CheckpointError(path, f"data_offsets [{begins[i]}, {ends[i]}] exceed 2^64", tensor=names[i])
+    order: Sequence[int]
     if begins[:1] in ([], [0]) and begins[1:] == ends[:-1]:
         order, sorted_begins, sorted_ends = range(len(names)), begins, ends  # written in offset order, as usual
     else:
@@ -526,13 +595,12 @@ def _validate(path: Path | str, columns: _Columns, data_size: int) -> None:
             "tensors must tile the data section without gap or overlap",
             tensor=names[i],
         )
-    sized = list(zip(shapes, dtypes, strict=True))
-    byte_counts = {pair: _byte_count(pair) for pair in set(sized)}
-    needed_bytes = list(map(byte_counts.__getitem__, sized))
-    held_bytes = list(map(operator.sub, ends, begins))
-    if needed_bytes != held_bytes:
-        i = next(i for i in range(len(names)) if needed_bytes[i] != held_bytes[i])
-        needed = _bit_count(_element_count(shapes[i]), DTYPE_BITS[dtypes[i]])
+    covered = sorted_ends[-1] if sorted_ends else 0  # so every offset is in [0, covered]
+    elements = {shape: _element_count(shape) for shape in set(shapes)}
+    held_bits = list(map(operator.mul, map(operator.sub, ends, begins), repeat(8)))
+    if not _as_needed(held_bits, elements, shapes, dtypes, covered):
+        i = next(i for i in range(len(names)) if _bit_count(elements[shapes[i]], DTYPE_BITS[dtypes[i]]) != held_bits[i])
+        needed = _bit_count(elements[shapes[i]], DTYPE_BITS[dtypes[i]])
         if needed is None:
             problem = f"{dtypes[i]} x {list(shapes[i])} overflows a 64-bit byte count"
         elif needed % 8:
@@ -540,7 +608,6 @@ def _validate(path: Path | str, columns: _Columns, data_size: int) -> None:
         else:
             problem = f"holds {ends[i] - begins[i]} bytes but {dtypes[i]} x {list(shapes[i])} needs {needed // 8}"
         raise CheckpointError(path, problem, tensor=names[i])
-    covered = sorted_ends[-1] if sorted_ends else 0
     if covered != data_size:
         raise CheckpointError(
             path,

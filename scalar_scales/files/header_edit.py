@@ -10,13 +10,14 @@ A header written natively with 0-D scales says ``[]``, with no byte to spare;
 turning it into (1,) needs longer header content. That plan is not
 ``in_place``, and the shard is then written anew and renamed.
 
-In a header in the reference writer's compact layout, the reader has already
-proved where every entry's shape is (its matches tile the header exactly), so
-flipping those bytes is correct by construction. Any other plan is checked
-before it is returned: the new header must parse, and must say exactly what
-the old one said except for the changed tensors' shapes. A header the reader
-accepts but whose entries cannot be located as objects (an entry written as
-an array, say) is refused for editing, with nothing written.
+Where the reader proves where every entry's shape is written
+(:attr:`~scalar_scales.files.header.SafetensorsHeader.shape_spans`: in the
+reference writer's compact layout, among others), flipping those bytes is
+correct by construction. Any other plan is checked before it is returned:
+the new header must parse, and must say exactly what the old one said except
+for the changed tensors' shapes. A header the reader accepts but whose
+entries cannot be located as objects (an entry written as an array, say) is
+refused for editing, with nothing written.
 """
 
 from __future__ import annotations
@@ -80,6 +81,8 @@ def plan_header_edit(header: SafetensorsHeader, indices: Collection[int], to: La
     todo = sorted(i for i in indices if header.shapes[i] != want)
     if not todo:
         return None
+    if not isinstance(header.path, Path):
+        raise CheckpointError(header.path, "only a local file can be edited")
     spans = header.shape_spans if header.shape_spans is not None else _locate_shapes(header, todo)
     raw = header.raw
     pieces: list[bytes] = []
@@ -105,7 +108,7 @@ def plan_header_edit(header: SafetensorsHeader, indices: Collection[int], to: La
 
 def _locate_shapes(header: SafetensorsHeader, todo: list[int]) -> dict[int, tuple[int, int]]:
     """Find the shapes of the ``todo`` entries in a header of any layout (slow, but rare)."""
-    wanted = {header.names[i]: i for i in todo}
+    wanted: dict[str | None, int] = {header.names[i]: i for i in todo}
     spans: dict[int, tuple[int, int]] = {}
     for match in _ENTRY.finditer(header.raw):
         index = wanted.get(_entry_name(match.group(1)))

@@ -87,3 +87,12 @@ def test_no_module_of_the_package_tests_a_rules_code_string():
 def test_the_code_string_check_sees_a_code_used_outside_a_definition():
     tree = ast.parse('@shard_rule("NV101", "x", "warning", "none", "y")\ndef f(s): ...\nwanted = {"NV302"}\n')
     assert rule_codes_named(tree) == [(3, "NV302")]
+
+
+NUMBERS = {"twenty": 20, "twenty-one": 21, "twenty-two": 22, "nineteen": 19}
+
+
+def test_the_readme_counts_the_rules_the_catalogue_has():
+    readme = (DOCS.parent / "README.md").read_text()
+    said = [NUMBERS[word] for word in NUMBERS if f"doctor: {word} rules" in readme]
+    assert said == [len(RULES)]

@@ -109,3 +109,27 @@ def test_an_entry_written_as_an_array_is_refused_for_editing(tmp_path):
     header = write_raw(tmp_path, '{"a.weight_global_scale":["F32",[1],[0,4]]}', 4)
     with pytest.raises(CheckpointError, match=r"a.weight_global_scale: cannot locate this tensor's shape"):
         plan_header_edit(header, [0], "scalar")
+
+
+def test_shapes_are_located_in_a_compact_header_with_colons_in_its_strings(tmp_path):
+    entries = {
+        "a:b.weight_global_scale": ENTRIES["a.weight_global_scale"],
+        "a.weight_packed": ENTRIES["a.weight_packed"],
+    }
+    header = write_raw(tmp_path, json.dumps({"__metadata__": {"at": "12:00"}, **entries}, separators=(",", ":")), 8)
+    assert header.shape_spans is not None
+    edit = plan_header_edit(header, [0], "scalar")
+    assert edit is not None and edit.in_place
+    assert edit.new_raw == header.raw.replace(b'"shape":[1]', b'"shape":[ ]')
+
+
+def test_a_shape_written_inside_a_string_is_not_taken_for_an_entrys(tmp_path):
+    scale = '"a.weight_global_scale":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}'
+    header = write_raw(tmp_path, '{"__metadata__":{"note":"\\"shape\\":[1]"},' + scale + "}", 4)
+    assert header.shape_spans is None
+    edit = plan_header_edit(header, [0], "scalar")
+    assert edit is not None and edit.in_place
+    assert json.loads(edit.new_raw) == {
+        "__metadata__": {"note": '"shape":[1]'},
+        "a.weight_global_scale": {"dtype": "F32", "shape": [], "data_offsets": [0, 4]},
+    }

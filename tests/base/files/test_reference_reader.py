@@ -58,6 +58,20 @@ def file_of(header: bytes, data: bytes) -> bytes:
 ENTRY = '"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}'
 
 
+SPACED = [
+    json.dumps(
+        {
+            "__metadata__": {"format": "pt"},
+            "a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+            "b": {"dtype": "U8", "shape": [2, 2], "data_offsets": [4, 8]},
+        },
+        **layout,
+    )
+    for layout in ({"indent": 1}, {"indent": "\t"}, {"separators": (", ", ": ")}, {"separators": (" , ", " : ")})
+]
+"""One small header in the layouts other writers use."""
+
+
 def with_ignored_field(value: str) -> str:
     """A valid one-tensor header whose entry also has a field ``x`` (which readers ignore) holding ``value``."""
     return '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":' + value + "}}"
@@ -127,6 +141,100 @@ HAND_MADE: dict[str, tuple[str, bytes]] = {
     "zero-size tensor at the end": ("{" + ENTRY + ',"b":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}}', b"1234"),
     "zero-size tensor past the end": ("{" + ENTRY + ',"b":{"dtype":"F32","shape":[0],"data_offsets":[8,8]}}', b"1234"),
     "tensor named __metadata__": ('{"__metadata__":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}', b"1234"),
+    **{f"spaced layout {i}": (text, b"12345678") for i, text in enumerate(SPACED)},
+    "fields in another order": ('{"a":{"data_offsets":[0,4],"shape":[1],"dtype":"F32"}}', b"1234"),
+    "entries out of offset order": (
+        '{"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}',
+        b"12345678",
+    ),
+    "name twice, the first entry not an object": ('{"a":5,' + ENTRY + "}", b"1234"),
+    "name twice, the first entry missing a field": ('{"a":{"dtype":"F32","shape":[1]},' + ENTRY + "}", b"1234"),
+    "name twice, the first entry an array": ('{"a":["U8",[4],[0,4]],' + ENTRY + "}", b"1234"),
+    "name twice, spaced": ('{"a": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]}, ' + ENTRY + "}", b"1234"),
+    "field twice, spaced": ('{"a": {"dtype": "F32", "shape": [1], "shape": [1], "data_offsets": [0, 4]}}', b"1234"),
+    "ignored field twice": (with_ignored_field('1,"x":2'), b"1234"),
+    "metadata key twice": ('{"__metadata__":{"k":"a","k":"b"},' + ENTRY + "}", b"1234"),
+    "empty metadata": ('{"__metadata__":{},' + ENTRY + "}", b"1234"),
+    "colons in metadata": ('{"__metadata__":{"at":"12:00:00","url":"https://x"},' + ENTRY + "}", b"1234"),
+    "colon in a name": ('{"a:b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}', b"1234"),
+    "colon in a name, a field twice elsewhere": (
+        '{"a:b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},'
+        '"c":{"dtype":"F32","dtype":"F32","shape":[1],"data_offsets":[4,8]}}',
+        b"12345678",
+    ),
+    "escaped colon in a name, a field twice elsewhere": (
+        '{"a\\u003a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},'
+        '"c":{"dtype":"F32","shape":[1],"shape":[1],"data_offsets":[4,8]}}',
+        b"12345678",
+    ),
+    "escaped key of a field": ('{"a":{"dt\\u0079pe":"F32","shape":[1],"data_offsets":[0,4]}}', b"1234"),
+    "escaped key of a field given twice": (
+        '{"a":{"dtype":"F32","dt\\u0079pe":"F32","shape":[1],"data_offsets":[0,4]}}',
+        b"1234",
+    ),
+    "negative zero in a shape": ('{"a":{"dtype":"U8","shape":[-0],"data_offsets":[0,0]}}', b""),
+    "negative zero, spaced": ('{"a": {"dtype": "F32", "shape": [1], "data_offsets": [ -0 , 4]}}', b"1234"),
+    "negative zero in an ignored field": (with_ignored_field("-0"), b"1234"),
+    "negative zero float in an ignored field": (with_ignored_field("-0.0"), b"1234"),
+    "negative zero in a name": ('{"a-0":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}', b"1234"),
+    "negative offset": ('{"a":{"dtype":"U8","shape":[0],"data_offsets":[-1,-1]}}', b""),
+    "negative dimension times zero": ('{"a":{"dtype":"U8","shape":[-1,0],"data_offsets":[0,0]}}', b""),
+    "dimension of 2^64 times zero": ('{"a":{"dtype":"U8","shape":[18446744073709551616,0],"data_offsets":[0,0]}}', b""),
+    "dimension of 10^30": (
+        '{"a":{"dtype":"U8","shape":[1000000000000000000000000000000],"data_offsets":[0,4]}}',
+        b"1234",
+    ),
+    "float offset": ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4.0]}}', b"1234"),
+    "float dimension": ('{"a":{"dtype":"F32","shape":[1.0],"data_offsets":[0,4]}}', b"1234"),
+    "true as a dimension": ('{"a":{"dtype":"F32","shape":[true],"data_offsets":[0,4]}}', b"1234"),
+    "booleans as offsets": ('{"a":{"dtype":"U8","shape":[1],"data_offsets":[false,true]}}', b"1"),
+    "null dimension": ('{"a":{"dtype":"F32","shape":[null],"data_offsets":[0,4]}}', b"1234"),
+    "shape as an empty object": ('{"a":{"dtype":"U8","shape":{},"data_offsets":[0,1]}}', b"1"),
+    "shape as an empty string": ('{"a":{"dtype":"U8","shape":"","data_offsets":[0,1]}}', b"1"),
+    "shape as a nested list": ('{"a":{"dtype":"F32","shape":[[1]],"data_offsets":[0,4]}}', b"1234"),
+    "offsets as a string of two": ('{"a":{"dtype":"U8","shape":[1],"data_offsets":"01"}}', b"1"),
+    "offsets of three": ('{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1,1]}}', b"1"),
+    "a 4301-digit integer in an ignored field": (with_ignored_field("9" * 4301), b"1234"),
+    "a 5000-digit offset": ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,' + "9" * 5000 + "]}}", b"1234"),
+    "a 309-digit integer in an ignored field": (with_ignored_field("1" + "0" * 308), b"1234"),
+    "a 310-digit integer in an ignored field": (with_ignored_field("1" + "0" * 309), b"1234"),
+    "nested 3000 deep in an ignored field": (with_ignored_field("[" * 3000 + "]" * 3000), b"1234"),
+    "nested 3000 deep, unclosed": ("[" * 3000, b""),
+    "lone surrogate in a name": ('{"\\ud800":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}', b"1234"),
+    "lone trailing surrogate in metadata": ('{"__metadata__":{"k":"\\udc00"},' + ENTRY + "}", b"1234"),
+    "reversed surrogate pair in a name": (
+        '{"\\ude00\\ud83d":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}',
+        b"1234",
+    ),
+    "lone surrogate in a name, with an ignored field": (
+        '{"\\ud800":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}}',
+        b"1234",
+    ),
+    "lone surrogate in a metadata value given twice": (
+        '{"__metadata__":{"k":"\\ud800","k":"a"},' + ENTRY + "}",
+        b"1234",
+    ),
+    "lone surrogate in the key of an ignored field": (
+        '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"\\udfff":1}}',
+        b"1234",
+    ),
+    "lone surrogate in an entry given twice": (
+        '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":"\\ud800"},' + ENTRY + "}",
+        b"1234",
+    ),
+    "nested 200 deep in an entry given twice": (
+        with_ignored_field("[" * 200 + "]" * 200)[:-1] + "," + ENTRY + "}",
+        b"1234",
+    ),
+    "escaped backslash before u in a name": (
+        '{"a\\\\ud800":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}',
+        b"1234",
+    ),
+    "non-ASCII name": ('{"é€😀":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}', b"1234"),
+    "unknown dtype, spaced": ('{"a": {"dtype": "F31", "shape": [1], "data_offsets": [0, 4]}}', b"1234"),
+    "dtype as a list": ('{"a":{"dtype":["F32"],"shape":[1],"data_offsets":[0,4]}}', b"1234"),
+    "header a list": ('[{"a":1}]', b""),
+    "header null": ("null", b""),
 }
 
 
