@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import operator
 import struct
-from collections.abc import Callable, Sequence
-from itertools import repeat
+from collections.abc import Callable, Iterable, Sequence
+from itertools import compress, pairwise, repeat
 
 __all__ = ["decode_scalar", "read_scalars"]
 
@@ -15,6 +16,7 @@ _DECODERS: dict[str, Callable[[bytes, int], tuple[float]]] = {
 }
 _F32 = _DECODERS["F32"]
 _SIZES = {"F32": 4, "F64": 8, "F16": 2, "BF16": 2}
+_FIRST = operator.itemgetter(0)
 
 
 def decode_scalar(dtype: str, data: bytes, offset: int) -> float | None:
@@ -31,33 +33,39 @@ def decode_scalar(dtype: str, data: bytes, offset: int) -> float | None:
 def read_scalars(
     dtypes: Sequence[str], begins: Sequence[int], ends: Sequence[int], read: Callable[[int, int], bytes], gap: int
 ) -> list[float | None]:
-    """The value of each one-element tensor (``dtypes``, data-section offsets ``begins``..``ends``), read by
-    ``read(begin, end)`` in spans merged where the bytes between two tensors are fewer than ``gap``; None for a
-    tensor of a dtype this tool does not decode, or that does not hold exactly one value's bytes.
+    """The value of each one-element tensor (``dtypes``, data-section offsets ``begins``..``ends``, which do not
+    overlap, as in a validated header), read by ``read(begin, end)`` in spans merged where the bytes between two
+    tensors are fewer than ``gap``; None for a tensor of a dtype this tool does not decode, or that does not hold
+    exactly one value's bytes.
 
     The reference writer sorts tensors by dtype, so a shard's F32 scales lie
     side by side and are nearly always one span; a writer that scatters them
-    among the weights costs one read per cluster, not one per scale.
+    among the weights costs one read per cluster, not one per scale. The
+    spans are found, and F32 values decoded, on whole columns: a large MoE's
+    shard has thousands of scales.
     """
     values: list[float | None] = [None] * len(dtypes)
-    sized = (k for k, dtype in enumerate(dtypes) if ends[k] - begins[k] == _SIZES.get(dtype))
-    order = sorted(sized, key=begins.__getitem__)
-    start = 0
-    while start < len(order):
-        stop, span_end = start + 1, ends[order[start]]
-        while stop < len(order) and begins[order[stop]] - span_end < gap:
-            span_end = max(span_end, ends[order[stop]])
-            stop += 1
-        span_begin = begins[order[start]]
-        data = read(span_begin, span_end)
-        members = order[start:stop]
-        offsets = [begins[k] - span_begin for k in members]
-        kinds = {dtypes[k] for k in members}
-        if kinds == {"F32"}:  # NVFP4's global scales: decoded at C speed
-            decoded: list[float | None] = [value for (value,) in map(_F32, repeat(data), offsets)]
+    sizes = map(_SIZES.get, dtypes)
+    order = sorted(
+        compress(range(len(dtypes)), map(operator.eq, map(operator.sub, ends, begins), sizes)), key=begins.__getitem__
+    )
+    starts, stops = list(map(begins.__getitem__, order)), list(map(ends.__getitem__, order))
+    cuts = [
+        0,
+        *compress(range(1, len(order)), map(operator.ge, map(operator.sub, starts[1:], stops), repeat(gap))),
+        len(order),
+    ]
+    for first, last in pairwise(cuts):
+        if first == last:
+            continue
+        span_begin = starts[first]
+        data = read(span_begin, stops[last - 1])
+        members = order[first:last]
+        offsets = list(map(operator.sub, starts[first:last], repeat(span_begin)))
+        if list(map(dtypes.__getitem__, members)).count("F32") == len(members):  # NVFP4's global scales
+            decoded: Iterable[float | None] = map(_FIRST, map(_F32, repeat(data), offsets))
         else:
-            decoded = [decode_scalar(dtypes[k], data, offset) for k, offset in zip(members, offsets, strict=True)]
+            decoded = map(decode_scalar, map(dtypes.__getitem__, members), repeat(data), offsets)
         for k, value in zip(members, decoded, strict=True):
             values[k] = value
-        start = stop
     return values
