@@ -32,10 +32,6 @@ class CheckpointError(Exception):
         where = f"{printable(self.path)}: {printable(tensor)}: " if tensor else f"{printable(self.path)}: "
         super().__init__(where + problem)
 
-    def __reduce__(self) -> tuple[type, tuple[str, str, str | None]]:
-        """Rebuild from the three fields: shards are read in worker processes, and errors travel back."""
-        return (type(self), (self.path, self.problem, self.tensor))
-
 
 def printable(text: str) -> str:
     """``text`` as it is, or JSON-quoted when it holds control characters: errors stay on one line."""

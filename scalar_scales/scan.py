@@ -245,7 +245,7 @@ def checkpoint_layout(declared: Declaration | None, shards: Sequence[list[str]])
         return layout
     for names in shards:
         for candidate in LAYOUTS.values():
-            if any(name.endswith(candidate.scale_suffixes[0]) for name in names):
+            if any(map(str.endswith, names, repeat(candidate.scale_suffixes[0]))):
                 return candidate
     return None
 

@@ -23,8 +23,7 @@ __all__ = ["Expectations", "expectations_of"]
 
 @dataclass(frozen=True)
 class Expectations:
-    """A declaration (None without a config) and how its groups match modules. It travels to each shard's job
-    (it pickles with its patterns, rebuilt there)."""
+    """A declaration (None without a config) and how its groups match modules."""
 
     declared: Declaration | None
     matcher: Matcher | None

@@ -844,7 +844,3 @@ class PatternSet:
 
     def match(self, index: int, name: str) -> bool:
         return index in self.matching(name)
-
-    def __reduce__(self) -> tuple[type, tuple[list[str]]]:
-        """Rebuilt from its patterns: its automaton is built again where it is used (a worker process)."""
-        return (type(self), (self.patterns,))

@@ -43,11 +43,7 @@ _SHAPE = re.compile(rb'"shape"\s*:\s*\[([^\]]*)\]')
 
 @dataclass(frozen=True)
 class HeaderEdit:
-    """The new header bytes for one shard and what changed.
-
-    It holds no reference to the parsed header, so it is cheap to hand from
-    a worker process to the one that writes.
-    """
+    """The new header bytes for one shard and what changed."""
 
     path: Path
     old_length: int

@@ -10,10 +10,6 @@
   next run. On POSIX the file may be removed under a waiting run, so a run
   checks that the name still leads to the file it locked; on Windows an open
   file cannot be removed at all.
-
-A forked worker inherits the folder's ``flock`` with its descriptor, so
-:func:`held_descriptors` names the descriptors a new worker must close at
-once: a killed run's workers must not hold its lock.
 """
 
 from __future__ import annotations
@@ -27,20 +23,13 @@ from pathlib import Path
 from scalar_scales.system.fileops import no_follow
 from scalar_scales.system.portable import portable_forced
 
-__all__ = ["LOCK_FILE_NAME", "FolderLocked", "folder_lock", "held_descriptors"]
+__all__ = ["LOCK_FILE_NAME", "FolderLocked", "folder_lock"]
 
 LOCK_FILE_NAME = ".scalar-scales.lock"
-
-_held: set[int] = set()
 
 
 class FolderLocked(Exception):
     """Another process holds the folder's lock."""
-
-
-def held_descriptors() -> tuple[int, ...]:
-    """The descriptors of the locks this process holds now."""
-    return tuple(_held)
 
 
 @contextmanager
@@ -64,10 +53,8 @@ def _locked_folder(folder: Path) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise FolderLocked(folder) from None
-        _held.add(fd)
         yield
     finally:
-        _held.discard(fd)
         os.close(fd)
 
 
@@ -84,11 +71,9 @@ def _lock_file(folder: Path) -> Iterator[None]:
         if _still_named(fd, path):
             break
         os.close(fd)  # removed by the holder we waited for; lock the new one
-    _held.add(fd)
     try:
         yield
     finally:
-        _held.discard(fd)
         if sys.platform == "win32":
             os.close(fd)
             _remove(path)

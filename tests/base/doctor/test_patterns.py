@@ -191,15 +191,6 @@ def test_a_pattern_too_large_for_an_automaton_is_refused():
         PatternSet(["a{100000}"])
 
 
-def test_a_pattern_set_travels_between_processes_as_its_patterns():
-    import pickle
-
-    patterns = pickle.loads(pickle.dumps(PatternSet(PATTERNS)))
-    assert patterns.patterns == PATTERNS and patterns.matching("lm_head") == {
-        i for i, p in enumerate(PATTERNS) if re.match(p, "lm_head")
-    }
-
-
 # The parser held to re's: every construct the module accepts, generated, and compared with re.match on names.
 
 NAME_CHARS = "ab_x1.- ]{}\n\té\b\x1c\u2028٣²Aé😀\x00"
