@@ -8,7 +8,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from scalar_scales.doctor import patterns as patterns_module
@@ -314,7 +314,10 @@ def assert_re_verdicts(pattern: str, names: list[str]) -> None:
 def test_every_construct_the_module_accepts_means_what_it_means_to_re(pattern, data):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # re's FutureWarning on a "[" in a set
-        compiled = re.compile(pattern)
+        try:
+            compiled = re.compile(pattern)
+        except re.error:  # pieces that join into a repeat of nothing ("{1" then "}"): not a pattern of this test
+            assume(False)
     try:
         PatternSet([pattern])
     except PatternError as error:  # all that may refuse a pattern of these constructs: $ or \Z before more
