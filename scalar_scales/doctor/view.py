@@ -71,7 +71,6 @@ class CheckpointView:
     def __init__(self, scan: CheckpointScan, expectations: Expectations) -> None:
         self.scan = scan
         self.expectations = expectations
-        self.layout = scan.layout
         headers = [shard.header for shard in scan.shards]
         self.names: list[str] = list(chain.from_iterable(header.names for header in headers))
         self.dtypes: list[str] = list(chain.from_iterable(header.dtypes for header in headers))
@@ -81,6 +80,10 @@ class CheckpointView:
         self._ending_in: dict[str, tuple[list[str], list[int]]] = {}
         self._starts = list(accumulate((len(header.names) for header in headers), initial=0))[:-1]
         """Where each shard's tensors start in the table."""
+
+    @property
+    def layout(self) -> ProducerLayout | None:
+        return self.scan.layout
 
     @property
     def absent(self) -> int:
