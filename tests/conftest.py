@@ -3,9 +3,17 @@
 ``bf16_dir`` comes from each folder's own conftest (the producer tests build
 the toy, the round trip reads the one the producer environment wrote);
 ``device`` is the CPU unless a folder overrides it (tests/gpu).
+
+Generated examples are the same on every run (hypothesis derandomized): CI
+runs the examples the developer ran, so an example that fails or hangs does
+so everywhere, not by chance; ``--hypothesis-seed`` explores others.
 """
 
 import pytest
+from hypothesis import settings
+
+settings.register_profile("repeatable", derandomize=True, database=None)
+settings.load_profile("repeatable")
 
 
 @pytest.fixture(scope="session")
