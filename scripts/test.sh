@@ -44,9 +44,10 @@ mkdir -p "$SCALAR_SCALES_RESULTS"
 failed=()
 skipped=()
 run() {
-  local name=$1 status=0; shift
+  local name=$1 status=0 started=$SECONDS; shift
   echo "== $name"
   "$@" || status=$?
+  echo "== $name: $((SECONDS - started)) s"
   if ((status == 5)) && [[ $2 == -m && $3 == pytest ]]; then
     skipped+=("$name")  # pytest: no test selected
   elif ((status)); then
