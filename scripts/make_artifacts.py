@@ -1,11 +1,15 @@
 """Write the round trip's artifacts in a producer environment, as files the other environments read.
 
-    python scripts/make_artifacts.py OUT [--bf16 DIR | --toy NAME]
+    python scripts/make_artifacts.py OUT [--bf16 DIR | --toy NAME] [--ignore PATTERN ...]
 
 OUT/bf16 is the unquantized model: the toy Qwen3-MoE, another toy
 architecture (``--toy olmoe|qwen2-moe|deepseek-v3``, scalar_scales_testkit.toys),
 or a copy of the bf16 checkpoint DIR (any MoE architecture llm-compressor
-quantizes). Each producer
+quantizes). ``--ignore`` leaves more modules unquantized than the preset
+does (llm-compressor's ``ignore`` syntax): SGLang's DeepSeek artifacts keep
+``kv_b_proj`` in bf16, as its MLA splits that weight after loading for
+bf16, FP8 and AWQ but not NVFP4 (``'ColumnParallelLinear' object has no
+attribute 'weight'``). Each producer
 environment then writes, under OUT/ct-<compressed-tensors version>/, every
 NVFP4 preset in four forms, and producer.json (the versions that wrote them):
 
@@ -36,7 +40,7 @@ MIGRATIONS = {"legacy-migrated": ("legacy", "scalar"), "format2-to-legacy": ("fo
 """Migrated form: (the form it is copied from, ``migrate --to``)."""
 
 
-def main(out: Path, bf16_source: Path | None, toy: str | None) -> None:
+def main(out: Path, bf16_source: Path | None, toy: str | None, ignore: list[str]) -> None:
     os.environ.setdefault("TQDM_DISABLE", "1")
     warnings.filterwarnings("ignore")
     import compressed_tensors
@@ -66,7 +70,8 @@ def main(out: Path, bf16_source: Path | None, toy: str | None) -> None:
         for form, patch in (("legacy", contextlib.nullcontext), ("format2", compressed_tensors_patch.applied)):
             model = AutoModelForCausalLM.from_pretrained(bf16, dtype=torch.bfloat16)
             with patch():
-                oneshot(model=model, output_dir=str(producer / f"{scheme}-{form}"), **toy_moe.oneshot_kwargs(scheme))
+                kwargs = toy_moe.oneshot_kwargs(scheme, ignore)
+                oneshot(model=model, output_dir=str(producer / f"{scheme}-{form}"), **kwargs)
         for form, (source, to) in MIGRATIONS.items():
             migrated_copy(producer / f"{scheme}-{source}", producer / f"{scheme}-{form}", "--to", to)
     print(producer)
@@ -78,5 +83,6 @@ if __name__ == "__main__":
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--bf16", type=Path, help="a bf16 MoE checkpoint to quantize instead of the toy Qwen3-MoE")
     source.add_argument("--toy", choices=sorted(TOYS), help="another toy architecture (scalar_scales_testkit.toys)")
+    parser.add_argument("--ignore", action="append", default=[], metavar="PATTERN", help="also leave these unquantized")
     args = parser.parse_args()
-    main(args.out, args.bf16, args.toy)
+    main(args.out, args.bf16, args.toy, args.ignore)

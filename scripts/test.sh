@@ -8,6 +8,7 @@
 #                                                                        hf:// checks with its huggingface_hub 2.x
 #   legacy-vllm      (vLLM 0.23.0 sources on serving's dependencies):     vLLM tests, vLLM round trip
 #   newest-vllm      (vLLM 0.33.0 sources on serving's dependencies):     vLLM tests, vLLM round trip
+#   sglang           (SGLang 0.5.23 over serving):                       SGLang loading DeepSeek-V3 artifacts, the plugin
 #
 # The round trip: the three producer environments write the toy MoE's artifacts
 # (scripts/make_artifacts.py), and compressed-tensors 0.19.0 those of the
@@ -29,13 +30,14 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 export OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 PYTHONDONTWRITEBYTECODE=1
 
-mapfile -t ENVS < <(scripts/envs.sh producer producer-ct020 producer-ct0201 serving legacy-vllm newest-vllm)
+mapfile -t ENVS < <(scripts/envs.sh producer producer-ct020 producer-ct0201 serving legacy-vllm newest-vllm sglang)
 PRODUCER=${ENVS[0]}
 CT020=${ENVS[1]}
 CT0201=${ENVS[2]}
 SERVING=${ENVS[3]}
 LEGACY_VLLM=${ENVS[4]}
 NEWEST_VLLM=${ENVS[5]}
+SGLANG=${ENVS[6]}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/scalar-scales-test.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 export SCALAR_SCALES_ARTIFACTS=$WORK/artifacts SCALAR_SCALES_RESULTS=$WORK/results
@@ -65,6 +67,9 @@ for toy in olmoe qwen2-moe deepseek-v3; do
     bash -c '"$1" scripts/make_artifacts.py "$2" --toy "$3" && "$1" scripts/reference_logits.py "$2"' _ \
     "$PRODUCER/bin/python" "$SCALAR_SCALES_ARTIFACTS/toys/$toy" "$toy"
 done
+run "artifacts, deepseek-v3 toy as SGLang serves it (kv_b_proj bf16), compressed-tensors 0.19.0" \
+  "$PRODUCER/bin/python" scripts/make_artifacts.py "$SCALAR_SCALES_ARTIFACTS/toys/deepseek-v3-sglang" \
+  --toy deepseek-v3 --ignore 're:.*kv_b_proj$'
 run "ruff" bash -c '"$1" -m ruff check . && "$1" -m ruff format --check .' _ "$PRODUCER/bin/python"
 run "mypy --strict, the base package" "$PRODUCER/bin/python" -m mypy --strict scalar_scales
 run "tests, compressed-tensors 0.19.0" "$PRODUCER/bin/python" -m pytest -p no:cacheprovider -q tests "$@"
@@ -79,6 +84,7 @@ run "vLLM and round-trip tests, vLLM 0.23.0" \
   "$LEGACY_VLLM/bin/python" -m pytest -p no:cacheprovider -q tests/vllm_layers tests/roundtrip/test_vllm.py "$@"
 run "vLLM and round-trip tests, vLLM 0.33.0" \
   "$NEWEST_VLLM/bin/python" -m pytest -p no:cacheprovider -q tests/vllm_layers tests/roundtrip/test_vllm.py "$@"
+run "SGLang tests, SGLang 0.5.23" "$SGLANG/bin/python" -m pytest -p no:cacheprovider -q tests/sglang "$@"
 if (($# == 0)); then
   EVIDENCE=$WORK/check-evidence EVIDENCE_RESULTS=$SCALAR_SCALES_RESULTS/check-evidence
   run "check evidence: the toy's NVFP4 artifact broken one rule at a time" \

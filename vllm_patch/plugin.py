@@ -16,8 +16,8 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from scalar_scales.import_hook import call_after_import
 from scalar_scales.patching import UnsupportedUpstreamError
-from vllm_patch.import_hook import call_after_import
 from vllm_patch.loaders import LOADER_PATCHES
 from vllm_patch.platform_gate import current_platform, should_emulate
 from vllm_patch.targets import EMULATED_MODULES, LOADER_MODULES

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT = ("scalar_scales", "compressed_tensors_patch", "vllm_patch")
+PRODUCT = ("scalar_scales", "compressed_tensors_patch", "vllm_patch", "sglang_patch")
 TEST_KIT = "scalar_scales_testkit"
 EDITS = ("insert", "append", "extend")
 
 BASE_LAYERS = (
     ("scalar_scales", "scalar_scales.errors", "scalar_scales.environment", "scalar_scales.nvfp4"),
-    ("scalar_scales.patching",),
+    ("scalar_scales.patching", "scalar_scales.import_hook"),
     ("scalar_scales.system",),
     ("scalar_scales.files",),
     ("scalar_scales.sources",),

@@ -1,4 +1,4 @@
-"""The wheel ships the three product packages only, and its base package works in a venv without torch."""
+"""The wheel ships the four product packages only, and its base package works in a venv without torch."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT = {"scalar_scales", "compressed_tensors_patch", "vllm_patch"}
+PRODUCT = {"scalar_scales", "compressed_tensors_patch", "vllm_patch", "sglang_patch"}
 
 IMPORT_EVERY_MODULE = """
 import importlib, pkgutil, sys

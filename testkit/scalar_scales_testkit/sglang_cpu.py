@@ -1,0 +1,100 @@
+"""SGLang's own model loading, run on the CPU: ``get_model`` on an artifact, as SGLang's scheduler calls it.
+
+What the CPU lacks is answered here, and only that:
+
+- SGLang's distributed groups, which its layers need even at TP=1: one gloo
+  process, as SGLang's own layer tests set them up (``sglang.test.layer_ut_utils``);
+- NVFP4's platform gates: the linear scheme asks CUDA for the device's
+  capability, and the MoE scheme refuses all but Blackwell. They are answered
+  "supported", so every layer is built as on a Blackwell GPU. Loading never
+  runs a kernel; post-processing that needs CUDA (W4A16's Marlin repack) is
+  reported as the step that failed;
+- DeepSeek-V3's config fields that transformers' ``DeepseekV3Config`` does not
+  carry (``moe_layer_freq``, ``scoring_func``), and a YaRN of factor 1 as
+  ``rope_scaling``: SGLang's CPU rotary embedding is DeepSeek's YaRN only.
+  They go in through SGLang's own ``json_model_override_args``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["DEEPSEEK_OVERRIDES", "load_model", "loaded_parameter"]
+
+DEEPSEEK_OVERRIDES: dict[str, Any] = {
+    "moe_layer_freq": 1,
+    "scoring_func": "sigmoid",
+    "rope_scaling": {
+        "type": "yarn",
+        "rope_type": "deepseek_yarn",
+        "factor": 1.0,
+        "original_max_position_embeddings": 4096,
+        "beta_fast": 32,
+        "beta_slow": 1,
+        "mscale": 1.0,
+        "mscale_all_dim": 1.0,
+    },
+}
+
+
+def _answer_platform_gates() -> None:
+    from sglang.srt.layers.quantization.compressed_tensors.compressed_tensors import CompressedTensorsConfig
+    from sglang.srt.layers.quantization.compressed_tensors.schemes.compressed_tensors_w4a4_nvfp4_moe import (
+        CompressedTensorsW4A4Nvfp4MoE,
+    )
+
+    CompressedTensorsConfig._check_scheme_supported = lambda self, min_capability, error=True: True
+    CompressedTensorsW4A4Nvfp4MoE.requires_blackwell = False
+
+
+def _one_process_groups(server_args: Any) -> None:
+    for key, value in {"MASTER_ADDR": "127.0.0.1", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}.items():
+        os.environ.setdefault(key, value)
+    from sglang.srt.distributed import parallel_state
+    from sglang.srt.runtime_context import SpawnRanks, get_parallel, publish, reset_context
+
+    parallel_state.init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo")
+    reset_context()
+    publish(server_args, role="test", ranks=SpawnRanks(world_rank=0))
+    get_parallel().override_permanently(world_group=parallel_state._WORLD)
+    parallel_state.initialize_model_parallel(backend="gloo")
+
+
+def load_model(artifact: Path, *, port: int) -> Any:
+    """SGLang's model for ``artifact``, its weights loaded and post-processed by ``get_model``, with SGLang's
+    logging configured first, as its scheduler does; an error in loading propagates as SGLang raised it."""
+    os.environ["MASTER_PORT"] = str(port)
+    from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
+    from sglang.srt.utils import configure_logger
+
+    server_args = ServerArgs(
+        model_path=str(artifact),
+        device="cpu",
+        tp_size=1,
+        attention_backend="torch_native",
+        sampling_backend="pytorch",
+        disable_cuda_graph=True,
+        json_model_override_args=json.dumps(DEEPSEEK_OVERRIDES),
+    )
+    configure_logger(server_args)
+    set_global_server_args_for_scheduler(server_args)
+    from sglang.srt.configs.device_config import DeviceConfig
+    from sglang.srt.configs.load_config import LoadConfig
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.model_loader import get_model
+
+    _one_process_groups(server_args)
+    _answer_platform_gates()
+    return get_model(
+        model_config=ModelConfig.from_server_args(server_args),
+        load_config=LoadConfig(load_format="auto"),
+        device_config=DeviceConfig("cpu"),
+    )
+
+
+def loaded_parameter(model: Any, name: str) -> list[float]:
+    """A loaded parameter's values, flattened (for the fused layers' global scales)."""
+    return [float(v) for v in dict(model.named_parameters())[name].detach().reshape(-1).tolist()]
