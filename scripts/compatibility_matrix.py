@@ -29,7 +29,9 @@ FORMS = {
 }
 SCHEMES = ("NVFP4", "NVFP4A16")
 ARTIFACT_KEY = ("producer", "scheme", "form")
-FAMILIES = ("artifact", "transformers", "vllm", "copy_")
+FAMILIES = ("artifact", "transformers", "vllm", "copy_", "sglang")
+SGLANG_SCHEMES = ("NVFP4",)
+"""SGLang's rows: its DeepSeek-V3 loading, of one producer's NVFP4 artifacts (W4A16's Marlin repack needs CUDA)."""
 DATE_PREFIX = "Results last changed on "
 DEFAULT_SUBJECT = (
     "the toy Qwen3-MoE of `compressed_tensors_patch.toy_moe` "
@@ -63,16 +65,21 @@ def read_results(folder: Path) -> list[dict[str, Any]]:
     return list(rows.values())
 
 
-def check_complete_and_consistent(rows: list[dict[str, Any]]) -> None:
-    """Every consumer saw every artifact, and every consumer that loaded a scheme loaded the same values."""
+def check_complete(rows: list[dict[str, Any]], schemes: tuple[str, ...]) -> None:
+    """Every consumer saw every form of each of ``schemes``, from every producer any of them saw."""
     producers = sorted({r["artifact"]["producer"] for r in rows})
     cells = defaultdict(set)
     for r in rows:
         cells[r["family"], r["consumer"], r["fix"]].add(artifact_key(r))
-    expected = {(p, s, f) for p in producers for s in SCHEMES for f in FORMS}
+    expected = {(p, s, f) for p in producers for s in schemes for f in FORMS}
     for consumer, seen in sorted(cells.items()):
         if seen != expected:
             raise ResultsError(f"{' / '.join(consumer)}: {len(expected - seen)} of {len(expected)} results missing")
+
+
+def check_complete_and_consistent(rows: list[dict[str, Any]]) -> None:
+    """Every consumer saw every artifact, and every consumer that loaded a scheme loaded the same values."""
+    check_complete(rows, SCHEMES)
     digests: dict[tuple[str, str], dict[str, str]] = defaultdict(dict)
     for r in rows:
         if r["loads"]:
@@ -123,11 +130,37 @@ def merged(by_producer: dict[str, str]) -> str:
     return "<br>".join(f"CT {producer}: {text}" for producer, text in sorted(by_producer.items()))
 
 
-def table(rows: list[dict[str, Any]], key_columns, cell) -> list[str]:
+def table(rows: list[dict[str, Any]], key_columns, cell, schemes: tuple[str, ...] = SCHEMES) -> list[str]:
     grouped: dict[tuple, dict[str, dict[str, str]]] = defaultdict(lambda: defaultdict(dict))
     for r in rows:
         grouped[key_columns(r)][r["artifact"]["scheme"]][r["artifact"]["producer"]] = cell(r)
-    return ["| " + " | ".join([*key, *(merged(grouped[key][s]) for s in SCHEMES)]) + " |" for key in grouped]
+    return ["| " + " | ".join([*key, *(merged(grouped[key][s]) for s in schemes)]) + " |" for key in grouped]
+
+
+def load_cell(row: dict[str, Any]) -> str:
+    return "✅ loads" if row["loads"] else f"❌ fails: `{row['error']}`"
+
+
+def sglang_section(rows: list[dict[str, Any]]) -> list[str]:
+    """SGLang's table, where the run had an SGLang environment."""
+    if not rows:
+        return []
+    check_complete(rows, SGLANG_SCHEMES)
+    return [
+        "",
+        "## SGLang: fused MLA a-projections",
+        "",
+        "SGLang fuses each MLA layer's `q_a_proj` and `kv_a_proj_with_mqa` into one layer on load, whose NVFP4",
+        "kernel takes one global scale. Subject: the DeepSeek-V3 and GLM-4-MoE-Lite toys of",
+        "`scalar_scales_testkit.toys` (2 layers, MLA with `q_lora_rank`), `kv_b_proj` in bf16 as SGLang's MLA needs",
+        f"it, written by compressed-tensors {', '.join(sorted({r['artifact']['producer'] for r in rows}))}; loaded",
+        "by SGLang's own `get_model` on the CPU (tests/sglang/, which also show what happens where the two scales",
+        "differ).",
+        "",
+        "| consumer | fix | artifact | NVFP4 |",
+        "|---|---|---|---|",
+        *table(rows, lambda r: (r["consumer"], r["fix"], FORMS[r["artifact"]["form"]]), load_cell, SGLANG_SCHEMES),
+    ]
 
 
 def order(row: dict[str, Any]) -> tuple:
@@ -152,9 +185,10 @@ def gpu_summary(results: Path) -> str:
 
 
 def render(rows: list[dict[str, Any]], subject: str, date: str, doc_folder: Path) -> str:
-    check_complete_and_consistent([r for r in rows if r["family"] != "artifact"])
+    sglang = sorted((r for r in rows if r["family"] == "sglang"), key=order)
+    check_complete_and_consistent([r for r in rows if r["family"] not in ("artifact", "sglang")])
     artifacts = sorted((r for r in rows if r["family"] == "artifact"), key=order)
-    consumers = sorted((r for r in rows if r["family"] != "artifact"), key=order)
+    consumers = sorted((r for r in rows if r["family"] not in ("artifact", "sglang")), key=order)
     producers = sorted({r["artifact"]["producer"] for r in rows})
     gpu_line = gpu_summary(doc_folder / "gpu-results.md")
     producer_versions = sorted({versions_text(r) for r in artifacts})
@@ -178,7 +212,7 @@ def render(rows: list[dict[str, Any]], subject: str, date: str, doc_folder: Path
         "| consumer | versions |",
         "|---|---|",
         *[f"| producer | {v} |" for v in producer_versions],
-        *environments(consumers),
+        *environments(consumers + sglang),
         "",
         "## Artifacts",
         "",
@@ -198,6 +232,7 @@ def render(rows: list[dict[str, Any]], subject: str, date: str, doc_folder: Path
         "| consumer | fix | artifact | NVFP4 | NVFP4A16 |",
         "|---|---|---|---|---|",
         *table(consumers, lambda r: (r["consumer"], r["fix"], FORMS[r["artifact"]["form"]]), consumer_cell),
+        *sglang_section(sglang),
         "",
         "## Beyond the round trip",
         "",

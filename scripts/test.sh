@@ -67,9 +67,11 @@ for toy in olmoe qwen2-moe deepseek-v3; do
     bash -c '"$1" scripts/make_artifacts.py "$2" --toy "$3" && "$1" scripts/reference_logits.py "$2"' _ \
     "$PRODUCER/bin/python" "$SCALAR_SCALES_ARTIFACTS/toys/$toy" "$toy"
 done
-run "artifacts, deepseek-v3 toy as SGLang serves it (kv_b_proj bf16), compressed-tensors 0.19.0" \
-  "$PRODUCER/bin/python" scripts/make_artifacts.py "$SCALAR_SCALES_ARTIFACTS/toys/deepseek-v3-sglang" \
-  --toy deepseek-v3 --ignore 're:.*kv_b_proj$'
+for toy in deepseek-v3 glm4-moe-lite; do
+  run "artifacts, $toy toy as SGLang serves it (kv_b_proj bf16), compressed-tensors 0.19.0" \
+    "$PRODUCER/bin/python" scripts/make_artifacts.py "$SCALAR_SCALES_ARTIFACTS/toys/$toy-sglang" \
+    --toy "$toy" --ignore 're:.*kv_b_proj$'
+done
 run "ruff" bash -c '"$1" -m ruff check . && "$1" -m ruff format --check .' _ "$PRODUCER/bin/python"
 run "mypy --strict, the base package" "$PRODUCER/bin/python" -m mypy --strict scalar_scales
 run "tests, compressed-tensors 0.19.0" "$PRODUCER/bin/python" -m pytest -p no:cacheprovider -q tests "$@"

@@ -9,10 +9,11 @@ What the CPU lacks is answered here, and only that:
   "supported", so every layer is built as on a Blackwell GPU. Loading never
   runs a kernel; post-processing that needs CUDA (W4A16's Marlin repack) is
   reported as the step that failed;
-- DeepSeek-V3's config fields that transformers' ``DeepseekV3Config`` does not
-  carry (``moe_layer_freq``, ``scoring_func``), and a YaRN of factor 1 as
-  ``rope_scaling``: SGLang's CPU rotary embedding is DeepSeek's YaRN only.
-  They go in through SGLang's own ``json_model_override_args``.
+- config fields SGLang's DeepSeek-family models read and transformers' configs
+  of the toys do not carry (``moe_layer_freq``, ``scoring_func``; DeepSeek-V3's
+  published config has both), and a YaRN of factor 1 as ``rope_scaling``:
+  SGLang's CPU rotary embedding is DeepSeek's YaRN only. They go in through
+  SGLang's own ``json_model_override_args``.
 """
 
 from __future__ import annotations
@@ -22,9 +23,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEEPSEEK_OVERRIDES", "load_model", "loaded_parameter"]
+__all__ = ["CONFIG_OVERRIDES", "MODELS", "load_model", "loaded_parameter"]
 
-DEEPSEEK_OVERRIDES: dict[str, Any] = {
+MODELS = {"deepseek-v3": "DeepseekV3ForCausalLM", "glm4-moe-lite": "Glm4MoeLiteForCausalLM"}
+"""The toys (scalar_scales_testkit.toys) SGLang loads in the tests, and the SGLang model class each becomes."""
+
+CONFIG_OVERRIDES: dict[str, Any] = {
     "moe_layer_freq": 1,
     "scoring_func": "sigmoid",
     "rope_scaling": {
@@ -77,7 +81,7 @@ def load_model(artifact: Path, *, port: int) -> Any:
         attention_backend="torch_native",
         sampling_backend="pytorch",
         disable_cuda_graph=True,
-        json_model_override_args=json.dumps(DEEPSEEK_OVERRIDES),
+        json_model_override_args=json.dumps(CONFIG_OVERRIDES),
     )
     configure_logger(server_args)
     set_global_server_args_for_scheduler(server_args)

@@ -9,6 +9,9 @@
   192 (128 without rotary embedding, 64 with), ``kv_lora_rank`` 512; smaller
   ones are refused ("Head dimension 48 is not supported by MLA"). A
   ``q_lora_rank`` makes vLLM fuse ``q_a_proj`` with ``kv_a_proj_with_mqa``.
+- ``glm4-moe-lite``: GLM-4.7-Flash's architecture, DeepSeek's MLA and MoE
+  with GLM's own loader in SGLang (which fuses the MLA a-projections with a
+  plain ``torch.cat``), at the DeepSeek-V3 toy's sizes.
 
 Each is random bf16, written with ``compressed_tensors_patch.toy_moe``'s
 tokenizer, and quantized by ``scripts/make_artifacts.py --toy NAME``.
@@ -91,10 +94,37 @@ def deepseek_v3_config() -> Any:
     )
 
 
+def glm4_moe_lite_config() -> Any:
+    from transformers import Glm4MoeLiteConfig
+
+    return Glm4MoeLiteConfig(
+        **COMMON,
+        hidden_size=256,
+        intermediate_size=512,
+        moe_intermediate_size=64,
+        first_k_dense_replace=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        n_routed_experts=8,
+        n_shared_experts=1,
+        num_experts_per_tok=2,
+        n_group=1,
+        topk_group=1,
+        norm_topk_prob=True,
+        routed_scaling_factor=1.0,
+        q_lora_rank=128,
+        kv_lora_rank=512,
+        qk_nope_head_dim=128,
+        qk_rope_head_dim=64,
+        v_head_dim=128,
+    )
+
+
 TOYS: dict[str, Callable[[], Any]] = {
     "olmoe": olmoe_config,
     "qwen2-moe": qwen2_moe_config,
     "deepseek-v3": deepseek_v3_config,
+    "glm4-moe-lite": glm4_moe_lite_config,
 }
 
 

@@ -1,12 +1,12 @@
-"""Fixtures for loading the round trip's DeepSeek-V3 artifacts with SGLang's own model loader (sglang env).
+"""Fixtures for loading the round trip's MLA toys with SGLang's own model loader (sglang environment).
 
 Each load runs in its own process (load_artifact.py), as SGLang's scheduler
 loads a model in its own, through ``get_model`` on the CPU
 (``scalar_scales_testkit.sglang_cpu`` says what the CPU is given). The
-artifacts are the DeepSeek-V3 toy's (``scalar_scales_testkit.toys``) as
-SGLang serves DeepSeek, ``kv_b_proj`` in bf16 (scripts/make_artifacts.py
-``--ignore``; scripts/test.sh writes them under toys/deepseek-v3-sglang),
-written by compressed-tensors 0.19.0.
+artifacts are the DeepSeek-V3 and GLM-4-MoE-Lite toys' (``scalar_scales_testkit.toys``)
+as SGLang serves those models, ``kv_b_proj`` in bf16 (scripts/make_artifacts.py
+``--ignore``; scripts/test.sh writes them under toys/NAME-sglang), written by
+compressed-tensors 0.19.0.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +25,14 @@ import pytest
 
 pytest.importorskip("sglang", reason="SGLang tests run in the sglang environment")
 
-from scalar_scales_testkit.roundtrip import artifacts_root  # noqa: E402
+from scalar_scales_testkit.roundtrip import Artifact, Result, artifacts_root, installed_versions  # noqa: E402
+from scalar_scales_testkit.sglang_cpu import MODELS  # noqa: E402
 from scalar_scales_testkit.vllm_layers import free_port  # noqa: E402
 
 LOAD = Path(__file__).with_name("load_artifact.py")
-TOY = "deepseek-v3-sglang"
 PRODUCER = "0.19.0"
+SCHEME = "NVFP4"
+FIXES = {False: "none", True: "sglang_patch plugin"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -38,9 +41,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def artifact() -> Callable[[str], Path]:
-    """``artifact("NVFP4-legacy")``: the DeepSeek-V3 toy's artifact of that name."""
-    return lambda name: artifacts_root() / "toys" / TOY / f"ct-{PRODUCER}" / name
+def artifact() -> Callable[[str, str], Path]:
+    """``artifact("deepseek-v3", "legacy")``: that toy's NVFP4 artifact of that form."""
+    return lambda toy, form: artifacts_root() / "toys" / f"{toy}-sglang" / f"ct-{PRODUCER}" / f"{SCHEME}-{form}"
 
 
 @pytest.fixture(scope="session")
@@ -57,6 +60,27 @@ def load() -> Callable[..., dict[str, Any]]:
         return {**json.loads(lines[-1]), "log": done.stderr}
 
     return run
+
+
+@pytest.fixture(scope="session")
+def observed(
+    load: Callable[..., dict[str, Any]], artifact: Callable[[str, str], Path]
+) -> Callable[..., dict[str, Any]]:
+    """``observed("deepseek-v3", "legacy", plugins=False)``: what SGLang did with that artifact, loaded once per
+    session and recorded for docs/compatibility.md."""
+    cache: dict[tuple[str, str, bool], dict[str, Any]] = {}
+
+    def get(toy: str, form: str, plugins: bool = False) -> dict[str, Any]:
+        if (toy, form, plugins) not in cache:
+            path = artifact(toy, form)
+            cache[toy, form, plugins] = found = load(path, plugins=plugins)
+            consumer = f"SGLang {version('sglang')} {MODELS[toy]}"
+            error = found["error"].splitlines()[0] if found["error"] else None
+            result = Result(consumer, FIXES[plugins], Artifact(PRODUCER, SCHEME, form, path), found["loaded"], error)
+            result.record("sglang", versions=installed_versions() | {"sglang": version("sglang")})
+        return cache[toy, form, plugins]
+
+    return get
 
 
 @pytest.fixture

@@ -1,0 +1,106 @@
+"""SGLang 0.5.23 loading NVFP4 MLA checkpoints, legacy and format 2, without and with the plugin.
+
+SGLang fuses each layer's MLA a-projections (``q_a_proj``,
+``kv_a_proj_with_mqa``) into ``fused_qkv_a_proj_with_mqa`` on load, and its
+NVFP4 kernel takes one global scale for the fused weight. What it does with
+each shape is observed through its own ``get_model`` (model construction, the
+model's ``load_weights``, post-processing) on the CPU, for DeepSeek-V3
+(``deepseek_weight_loader``) and GLM-4-MoE-Lite (its own loader).
+"""
+
+from __future__ import annotations
+
+import pytest
+from safetensors.torch import load_file, save_file
+
+from scalar_scales_testkit.sglang_cpu import MODELS
+
+LEGACY_FAILURE = (
+    "AssertionError: param.shape=torch.Size([1]) param.dtype=torch.float32 "
+    "loaded_weight.shape=torch.Size([2]) loaded_weight.dtype=torch.float32"
+)
+ZERO_D_CAT_FAILURE = "RuntimeError: zero-dimensional tensor (at position 0) cannot be concatenated"
+LAYER = "model.layers.{}.self_attn.{}.{}"
+SCALES = ("weight_global_scale", "input_global_scale")
+
+
+def on_disk(path, projection):
+    """Each layer's global scales of ``projection`` as the artifact holds them, named as the fused layer's."""
+    tensors = load_file(path / "model.safetensors")
+    return {
+        LAYER.format(layer, "fused_qkv_a_proj_with_mqa", scale): tensors[LAYER.format(layer, projection, scale)]
+        .reshape(-1)
+        .tolist()
+        for layer in range(2)
+        for scale in SCALES
+    }
+
+
+def with_kv_a_scale_doubled(path):
+    """The artifact with layer 0's ``kv_a_proj_with_mqa`` weight global scale unlike ``q_a_proj``'s, as a
+    producer that does not share fused layers' global scales writes it (llm-compressor shares them)."""
+    shard = path / "model.safetensors"
+    tensors = load_file(shard)
+    kv_a, q_a = (LAYER.format(0, p, "weight_global_scale") for p in ("kv_a_proj_with_mqa", "q_a_proj"))
+    tensors[kv_a] = tensors[kv_a] * 2
+    save_file(tensors, shard, metadata={"format": "pt"})
+    return tensors[q_a].item(), tensors[kv_a].item()
+
+
+@pytest.mark.parametrize("toy", MODELS)
+@pytest.mark.parametrize("form", ["legacy", "format2-to-legacy"])
+def test_sglang_refuses_a_legacy_checkpoint_whose_mla_a_projections_are_nvfp4(observed, toy, form):
+    found = observed(toy, form)
+    assert not found["loaded"] and found["error"] == LEGACY_FAILURE
+
+
+@pytest.mark.parametrize("form", ["format2", "legacy-migrated"])
+def test_sglang_loads_a_deepseek_checkpoint_of_0_d_global_scales(observed, form):
+    assert observed("deepseek-v3", form)["loaded"]
+
+
+@pytest.mark.parametrize("form", ["format2", "legacy-migrated"])
+def test_sglang_refuses_a_glm_checkpoint_of_0_d_global_scales(observed, form):
+    found = observed("glm4-moe-lite", form)
+    assert not found["loaded"] and found["error"] == ZERO_D_CAT_FAILURE
+
+
+def test_sglang_keeps_q_a_proj_s_global_scale_and_drops_kv_a_proj_s_without_a_word(load, artifact, copied):
+    q_a, kv_a = with_kv_a_scale_doubled(path := copied(artifact("deepseek-v3", "format2")))
+    found = load(path)
+    assert found["loaded"] and found["fused"][LAYER.format(0, "fused_qkv_a_proj_with_mqa", SCALES[0])] == [q_a]
+    assert q_a != kv_a
+
+
+@pytest.mark.parametrize("toy", MODELS)
+@pytest.mark.parametrize("form", ["legacy", "format2", "legacy-migrated", "format2-to-legacy"])
+def test_with_the_plugin_every_form_loads_with_the_scales_on_disk(observed, artifact, toy, form):
+    found = observed(toy, form, plugins=True)
+    path = artifact(toy, form)
+    assert found["patched"] and found["loaded"]
+    assert found["fused"] == on_disk(path, "q_a_proj") == on_disk(path, "kv_a_proj_with_mqa")
+
+
+@pytest.mark.parametrize(
+    ("toy", "form"), [("deepseek-v3", "legacy"), ("deepseek-v3", "format2"), ("glm4-moe-lite", "format2")]
+)
+def test_with_the_plugin_differing_fused_global_scales_are_a_named_error(load, artifact, copied, toy, form):
+    q_a, kv_a = with_kv_a_scale_doubled(path := copied(artifact(toy, form)))
+    found = load(path, plugins=True)
+    assert not found["loaded"]
+    assert found["error"].startswith(
+        "FusedScalesDifferError: model.layers.0.self_attn.fused_qkv_a_proj_with_mqa.weight_global_scale: "
+        f"SGLang fuses 2 layers here into one, whose NVFP4 kernel takes one global scale, but theirs differ "
+        f"({q_a:g}, {kv_a:g})"
+    )
+
+
+def test_the_plugin_is_found_through_sglang_s_entry_point_and_says_so_in_one_line(observed):
+    found = observed("deepseek-v3", "format2", plugins=True)
+    lines = [line for line in found["log"].splitlines() if "scalar-scales:" in line]
+    assert found["patched"] and len(lines) == 1 and "SGLang 0.5.23: patched" in lines[0]
+
+
+def test_sglang_plugins_without_ours_switches_it_off(load, artifact):
+    found = load(artifact("deepseek-v3", "legacy"), plugins=True, env={"SGLANG_PLUGINS": "another_plugin"})
+    assert not found["patched"] and found["error"] == LEGACY_FAILURE
