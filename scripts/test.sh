@@ -19,7 +19,9 @@
 # run fails if the committed matrix differs from what this run produced.
 #
 # Then scripts/verify_upstream_patch.sh checks upstream/compressed-tensors.patch
-# against compressed-tensors 0.20.1's own test suite and our producer artifacts.
+# against compressed-tensors 0.20.1's own test suite and our producer artifacts,
+# and scripts/verify_sglang_patch.sh upstream/sglang.patch against SGLang 0.5.23's
+# sources and our SGLang loading tests.
 #
 # Extra arguments go to every pytest run, e.g. `scripts/test.sh -k marker`;
 # a run narrowed that way checks neither the matrix nor the upstream patch, and
@@ -103,6 +105,8 @@ if (($# == 0)); then
     "$PRODUCER/bin/python" scripts/compatibility_matrix.py "$SCALAR_SCALES_RESULTS"
   run "upstream/compressed-tensors.patch against compressed-tensors 0.20.1's own test suite" \
     scripts/verify_upstream_patch.sh "$CT0201/bin/python"
+  run "upstream/sglang.patch: SGLang 0.5.23's sources patched, its loading tests without the plugin" \
+    scripts/verify_sglang_patch.sh "$SGLANG/bin/python"
 fi
 
 if (($# == 0)); then

@@ -23,7 +23,16 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CONFIG_OVERRIDES", "MODELS", "load_model", "loaded_parameter"]
+__all__ = [
+    "CONFIG_OVERRIDES",
+    "FUSED",
+    "GLOBAL_SCALES",
+    "MODELS",
+    "fused_scales_on_disk",
+    "load_model",
+    "loaded_parameter",
+    "with_kv_a_scale_doubled",
+]
 
 MODELS = {"deepseek-v3": "DeepseekV3ForCausalLM", "glm4-moe-lite": "Glm4MoeLiteForCausalLM"}
 """The toys (scalar_scales_testkit.toys) SGLang loads in the tests, and the SGLang model class each becomes."""
@@ -102,3 +111,36 @@ def load_model(artifact: Path, *, port: int) -> Any:
 def loaded_parameter(model: Any, name: str) -> list[float]:
     """A loaded parameter's values, flattened (for the fused layers' global scales)."""
     return [float(v) for v in dict(model.named_parameters())[name].detach().reshape(-1).tolist()]
+
+
+FUSED = "model.layers.{}.self_attn.fused_qkv_a_proj_with_mqa.{}"
+"""SGLang's fused MLA a-projection of a layer, and one of its global scales."""
+_PART = "model.layers.{}.self_attn.{}.{}"
+GLOBAL_SCALES = ("weight_global_scale", "input_global_scale")
+
+
+def fused_scales_on_disk(artifact: Path, projection: str, layers: int = 2) -> dict[str, list[float]]:
+    """Each layer's global scales of ``projection`` (``q_a_proj``, ``kv_a_proj_with_mqa``) as the artifact holds
+    them, named as the fused layer's."""
+    from safetensors.torch import load_file
+
+    tensors = load_file(artifact / "model.safetensors")
+    return {
+        FUSED.format(layer, scale): tensors[_PART.format(layer, projection, scale)].reshape(-1).tolist()
+        for layer in range(layers)
+        for scale in GLOBAL_SCALES
+    }
+
+
+def with_kv_a_scale_doubled(artifact: Path) -> tuple[float, float]:
+    """Rewrite the artifact with layer 0's ``kv_a_proj_with_mqa`` weight global scale unlike ``q_a_proj``'s, as
+    a producer that does not share fused layers' global scales writes it (llm-compressor shares them); return
+    the two values."""
+    from safetensors.torch import load_file, save_file
+
+    shard = artifact / "model.safetensors"
+    tensors = load_file(shard)
+    kv_a, q_a = (_PART.format(0, part, "weight_global_scale") for part in ("kv_a_proj_with_mqa", "q_a_proj"))
+    tensors[kv_a] = tensors[kv_a] * 2
+    save_file(tensors, shard, metadata={"format": "pt"})
+    return tensors[q_a].item(), tensors[kv_a].item()

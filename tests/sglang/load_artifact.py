@@ -6,7 +6,7 @@
 does, so the plugin is found through its entry point (and ``SGLANG_PLUGINS``
 applies). The line holds ``loaded``, ``error`` (type and message, as SGLang
 raised it) and, once loaded, the fused MLA a-projection's scales of each
-layer, and what the plugin patched.
+layer, what the plugin patched, and where the ``sglang`` imported lies.
 """
 
 from __future__ import annotations
@@ -16,9 +16,6 @@ import sys
 import warnings
 from pathlib import Path
 
-FUSED = "model.layers.{}.self_attn.fused_qkv_a_proj_with_mqa.{}"
-SCALES = ("weight_global_scale", "input_global_scale")
-
 
 def main() -> None:
     warnings.filterwarnings("ignore")
@@ -27,9 +24,11 @@ def main() -> None:
         from sglang.srt.plugins import load_plugins
 
         load_plugins()
-    from scalar_scales_testkit.sglang_cpu import load_model, loaded_parameter
+    import sglang
 
-    result: dict[str, object] = {"loaded": False, "error": None}
+    from scalar_scales_testkit.sglang_cpu import FUSED, GLOBAL_SCALES, load_model, loaded_parameter
+
+    result: dict[str, object] = {"loaded": False, "error": None, "sglang": sglang.__file__}
     try:
         model = load_model(artifact, port=port)
     except Exception as error:  # what SGLang raised is the observation
@@ -40,8 +39,9 @@ def main() -> None:
         result["fused"] = {
             FUSED.format(layer, scale): loaded_parameter(model, FUSED.format(layer, scale))
             for layer in range(layers)
-            for scale in SCALES
+            for scale in GLOBAL_SCALES
         }
+        result["alpha"] = {FUSED.format(0, "alpha"): loaded_parameter(model, FUSED.format(0, "alpha"))}
     import sglang_patch
 
     result["patched"] = sglang_patch.is_applied()

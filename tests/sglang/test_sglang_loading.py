@@ -11,40 +11,15 @@ model's ``load_weights``, post-processing) on the CPU, for DeepSeek-V3
 from __future__ import annotations
 
 import pytest
-from safetensors.torch import load_file, save_file
 
-from scalar_scales_testkit.sglang_cpu import MODELS
+from scalar_scales_testkit.roundtrip import artifacts_root
+from scalar_scales_testkit.sglang_cpu import FUSED, MODELS, fused_scales_on_disk, with_kv_a_scale_doubled
 
 LEGACY_FAILURE = (
     "AssertionError: param.shape=torch.Size([1]) param.dtype=torch.float32 "
     "loaded_weight.shape=torch.Size([2]) loaded_weight.dtype=torch.float32"
 )
 ZERO_D_CAT_FAILURE = "RuntimeError: zero-dimensional tensor (at position 0) cannot be concatenated"
-LAYER = "model.layers.{}.self_attn.{}.{}"
-SCALES = ("weight_global_scale", "input_global_scale")
-
-
-def on_disk(path, projection):
-    """Each layer's global scales of ``projection`` as the artifact holds them, named as the fused layer's."""
-    tensors = load_file(path / "model.safetensors")
-    return {
-        LAYER.format(layer, "fused_qkv_a_proj_with_mqa", scale): tensors[LAYER.format(layer, projection, scale)]
-        .reshape(-1)
-        .tolist()
-        for layer in range(2)
-        for scale in SCALES
-    }
-
-
-def with_kv_a_scale_doubled(path):
-    """The artifact with layer 0's ``kv_a_proj_with_mqa`` weight global scale unlike ``q_a_proj``'s, as a
-    producer that does not share fused layers' global scales writes it (llm-compressor shares them)."""
-    shard = path / "model.safetensors"
-    tensors = load_file(shard)
-    kv_a, q_a = (LAYER.format(0, p, "weight_global_scale") for p in ("kv_a_proj_with_mqa", "q_a_proj"))
-    tensors[kv_a] = tensors[kv_a] * 2
-    save_file(tensors, shard, metadata={"format": "pt"})
-    return tensors[q_a].item(), tensors[kv_a].item()
 
 
 @pytest.mark.parametrize("toy", MODELS)
@@ -68,7 +43,7 @@ def test_sglang_refuses_a_glm_checkpoint_of_0_d_global_scales(observed, form):
 def test_sglang_keeps_q_a_proj_s_global_scale_and_drops_kv_a_proj_s_without_a_word(load, artifact, copied):
     q_a, kv_a = with_kv_a_scale_doubled(path := copied(artifact("deepseek-v3", "format2")))
     found = load(path)
-    assert found["loaded"] and found["fused"][LAYER.format(0, "fused_qkv_a_proj_with_mqa", SCALES[0])] == [q_a]
+    assert found["loaded"] and found["fused"][FUSED.format(0, "weight_global_scale")] == [q_a]
     assert q_a != kv_a
 
 
@@ -78,7 +53,7 @@ def test_with_the_plugin_every_form_loads_with_the_scales_on_disk(observed, arti
     found = observed(toy, form, plugins=True)
     path = artifact(toy, form)
     assert found["patched"] and found["loaded"]
-    assert found["fused"] == on_disk(path, "q_a_proj") == on_disk(path, "kv_a_proj_with_mqa")
+    assert found["fused"] == fused_scales_on_disk(path, "q_a_proj") == fused_scales_on_disk(path, "kv_a_proj_with_mqa")
 
 
 @pytest.mark.parametrize(
@@ -104,3 +79,21 @@ def test_the_plugin_is_found_through_sglang_s_entry_point_and_says_so_in_one_lin
 def test_sglang_plugins_without_ours_switches_it_off(load, artifact):
     found = load(artifact("deepseek-v3", "legacy"), plugins=True, env={"SGLANG_PLUGINS": "another_plugin"})
     assert not found["patched"] and found["error"] == LEGACY_FAILURE
+
+
+def test_the_fused_layer_computes_with_one_alpha_from_its_one_pair_of_global_scales(observed):
+    """SGLang's NVFP4 linear keeps one weight and one input global scale for the fused weight, and its GEMM
+    takes ``alpha = 1 / (input_global_scale * weight_global_scale)``: one value for both parts."""
+    found = observed("deepseek-v3", "format2", plugins=True)
+    weight, activation = (
+        found["fused"][FUSED.format(0, scale)] for scale in ("weight_global_scale", "input_global_scale")
+    )
+    assert found["alpha"] == {FUSED.format(0, "alpha"): [pytest.approx(1 / (weight[0] * activation[0]), rel=1e-6)]}
+
+
+@pytest.mark.parametrize("form", ["legacy-migrated", "format2"])
+def test_sglang_cannot_split_an_nvfp4_kv_b_proj_whatever_the_shape_of_its_scales(load, form):
+    """Why the SGLang artifacts keep ``kv_b_proj`` in bf16: the engine tests' DeepSeek-V3 toy, every linear layer
+    NVFP4, fails after loading, where SGLang's MLA splits ``kv_b_proj.weight``."""
+    found = load(artifacts_root() / "toys" / "deepseek-v3" / "ct-0.19.0" / f"NVFP4-{form}", plugins=True)
+    assert not found["loaded"] and found["error"] == "AttributeError: 'ColumnParallelLinear' object has no attribute 'weight'"

@@ -1,0 +1,45 @@
+"""upstream/sglang.patch, proven on SGLang 0.5.23's sources patched with it, without the plugin.
+
+Run by scripts/verify_sglang_patch.sh, which puts the patched tree first on
+the path and names it in ``SCALAR_SCALES_SGLANG_UPSTREAM``; skipped elsewhere.
+The same artifacts as test_sglang_loading.py, loaded the same way.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from scalar_scales_testkit.sglang_cpu import MODELS, fused_scales_on_disk, with_kv_a_scale_doubled
+
+PATCHED = os.environ.get("SCALAR_SCALES_SGLANG_UPSTREAM")
+if not PATCHED:
+    pytest.skip("SGLang patched with upstream/sglang.patch: scripts/verify_sglang_patch.sh", allow_module_level=True)
+
+pytestmark = pytest.mark.upstream
+
+
+def test_the_sglang_loaded_is_the_patched_source_and_the_plugin_is_not_applied(load, artifact):
+    found = load(artifact("deepseek-v3", "format2"))
+    assert found["sglang"].startswith(PATCHED) and not found["patched"]
+
+
+@pytest.mark.parametrize("toy", MODELS)
+@pytest.mark.parametrize("form", ["legacy", "format2", "legacy-migrated", "format2-to-legacy"])
+def test_every_form_loads_with_the_scales_on_disk(load, artifact, toy, form):
+    found = load(path := artifact(toy, form))
+    assert found["loaded"] and not found["patched"]
+    assert found["fused"] == fused_scales_on_disk(path, "q_a_proj") == fused_scales_on_disk(path, "kv_a_proj_with_mqa")
+
+
+@pytest.mark.parametrize("toy", MODELS)
+@pytest.mark.parametrize("form", ["legacy", "format2"])
+def test_differing_fused_global_scales_are_a_named_error(load, artifact, copied, toy, form):
+    q_a, kv_a = with_kv_a_scale_doubled(path := copied(artifact(toy, form)))
+    found = load(path)
+    assert not found["loaded"] and found["error"] == (
+        f"ValueError: model.layers.0.self_attn.q_a_proj.weight_global_scale ({q_a}) and "
+        f"model.layers.0.self_attn.kv_a_proj_with_mqa.weight_global_scale ({kv_a}) differ, but they are fused "
+        "into one layer that takes one per-tensor scale; quantize them with a shared scale"
+    )
