@@ -96,4 +96,7 @@ def test_sglang_cannot_split_an_nvfp4_kv_b_proj_whatever_the_shape_of_its_scales
     """Why the SGLang artifacts keep ``kv_b_proj`` in bf16: the engine tests' DeepSeek-V3 toy, every linear layer
     NVFP4, fails after loading, where SGLang's MLA splits ``kv_b_proj.weight``."""
     found = load(artifacts_root() / "toys" / "deepseek-v3" / "ct-0.19.0" / f"NVFP4-{form}", plugins=True)
-    assert not found["loaded"] and found["error"] == "AttributeError: 'ColumnParallelLinear' object has no attribute 'weight'"
+    assert (
+        not found["loaded"]
+        and found["error"] == "AttributeError: 'ColumnParallelLinear' object has no attribute 'weight'"
+    )
