@@ -60,7 +60,9 @@ def legacy_scale_shape(shard: ShardView) -> Iterator[Found]:
     loader columns, and the round trip in [compatibility.md](compatibility.md)),
     and so does transformers. What fails is a loader that copies it into a 0-D
     tensor with `copy_`: `RuntimeError: output with shape [] doesn't match the
-    broadcast shape [1]`, as the round trip's `copy_` consumer shows. **Fix:**
+    broadcast shape [1]`, as the round trip's `copy_` consumer shows, and
+    SGLang 0.5.23 where it fuses MLA a-projections (DeepSeek-V3's and
+    GLM-4-MoE-Lite's loaders: [sglang.md](sglang.md)). **Fix:**
     `scalar-scales migrate PATH`, which edits headers only
     ([migrate.md](migrate.md)). Corpus case: `legacy-scales`.
     """
@@ -100,7 +102,10 @@ def marker_missing(checkpoint: CheckpointView) -> Iterator[Found]:
     """Every global scale is 0-D, as vLLM wants them, but
     config.json does not declare `format_version` 2: compressed-tensors 0.20.1's
     ModelOpt converter writes checkpoints so, and a tool that rewrites config.json
-    drops the key. Every consumer loads it. **Fix:** `scalar-scales migrate PATH`
+    drops the key. vLLM and transformers load it (the round trip in
+    [compatibility.md](compatibility.md)); SGLang 0.5.23's GLM-4-MoE-Lite
+    loader refuses 0-D scales where it fuses MLA a-projections
+    ([sglang.md](sglang.md)). **Fix:** `scalar-scales migrate PATH`
     sets the marker. Corpus case: `marker-lost`.
     """
     config, legacy = _marked(checkpoint)
@@ -109,7 +114,7 @@ def marker_missing(checkpoint: CheckpointView) -> Iterator[Found]:
             None,
             config,
             f"every global scale is 0-D, as vLLM wants them, but config.json does not declare {FORMAT_VERSION_KEY} "
-            "2 (compressed-tensors' ModelOpt converter writes checkpoints so); every consumer loads it",
+            "2 (compressed-tensors' ModelOpt converter writes checkpoints so); vLLM and transformers load it",
         )
 
 
