@@ -154,7 +154,7 @@ def sglang_section(rows: list[dict[str, Any]]) -> list[str]:
         "kernel takes one global scale. Subject: the DeepSeek-V3 and GLM-4-MoE-Lite toys of",
         "`scalar_scales_testkit.toys` (2 layers, MLA with `q_lora_rank`), `kv_b_proj` in bf16 as SGLang's MLA needs",
         f"it, written by compressed-tensors {', '.join(sorted({r['artifact']['producer'] for r in rows}))}; loaded",
-        "by SGLang's own `get_model` on the CPU (tests/sglang/, which also show what happens where the two scales",
+        "by SGLang's own `get_model` on the CPU (tests/sglang_loading/, which also show what happens where the two scales",
         "differ).",
         "",
         "| consumer | fix | artifact | NVFP4 |",

@@ -88,7 +88,7 @@ run "vLLM and round-trip tests, vLLM 0.23.0" \
   "$LEGACY_VLLM/bin/python" -m pytest -p no:cacheprovider -q tests/vllm_layers tests/roundtrip/test_vllm.py "$@"
 run "vLLM and round-trip tests, vLLM 0.33.0" \
   "$NEWEST_VLLM/bin/python" -m pytest -p no:cacheprovider -q tests/vllm_layers tests/roundtrip/test_vllm.py "$@"
-run "SGLang tests, SGLang 0.5.23" "$SGLANG/bin/python" -m pytest -p no:cacheprovider -q tests/sglang "$@"
+run "SGLang tests, SGLang 0.5.23" "$SGLANG/bin/python" -m pytest -p no:cacheprovider -q tests/sglang_loading "$@"
 if (($# == 0)); then
   EVIDENCE=$WORK/check-evidence EVIDENCE_RESULTS=$SCALAR_SCALES_RESULTS/check-evidence
   run "check evidence: the toy's NVFP4 artifact broken one rule at a time" \

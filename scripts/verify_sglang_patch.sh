@@ -7,7 +7,7 @@
 # PYTHON is the sglang environment's interpreter (scripts/envs.sh sglang); its SGLang release is the one
 # verified. Its Python sources are copied into a tree laid out as SGLang's repository (python/sglang/...),
 # where the patch must apply with `patch -p1`; then, with that tree first on the path and the plugin never
-# loaded, tests/sglang/test_sglang_upstream_patch.py loads every form of the MLA toys' artifacts
+# loaded, tests/sglang_loading/test_sglang_upstream_patch.py loads every form of the MLA toys' artifacts
 # (SCALAR_SCALES_ARTIFACTS, as scripts/test.sh writes them).
 set -euo pipefail
 
@@ -25,4 +25,4 @@ cp -r "$SITE/sglang" "$WORK/python/sglang"
 echo "upstream/sglang.patch applies with patch -p1 to SGLang $VERSION's sources (python/sglang/...)"
 cd "$ROOT"
 SCALAR_SCALES_SGLANG_UPSTREAM="$WORK/python" PYTHONPATH="$WORK/python${PYTHONPATH:+:$PYTHONPATH}" \
-  "$PYTHON" -m pytest -p no:cacheprovider -q tests/sglang/test_sglang_upstream_patch.py
+  "$PYTHON" -m pytest -p no:cacheprovider -q tests/sglang_loading/test_sglang_upstream_patch.py

@@ -1,6 +1,6 @@
 """Load one artifact with SGLang's ``get_model`` in this process; print what happened as one JSON line.
 
-    python tests/sglang/load_artifact.py ARTIFACT PORT [--plugins]
+    python tests/sglang_loading/load_artifact.py ARTIFACT PORT [--plugins]
 
 ``--plugins`` first runs SGLang's own ``load_plugins()``, as its scheduler
 does, so the plugin is found through its entry point (and ``SGLANG_PLUGINS``

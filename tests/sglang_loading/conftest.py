@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("sglang", reason="SGLang tests run in the sglang environment")
+pytest.importorskip("sglang.srt", reason="SGLang tests run in the sglang environment")
 
 from scalar_scales_testkit.roundtrip import Artifact, Result, artifacts_root, installed_versions  # noqa: E402
 from scalar_scales_testkit.sglang_cpu import MODELS  # noqa: E402
