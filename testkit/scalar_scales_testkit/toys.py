@@ -67,57 +67,40 @@ def qwen2_moe_config() -> Any:
     )
 
 
+DEEPSEEK_MOE_WITH_MLA: dict[str, Any] = {
+    **COMMON,
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "moe_intermediate_size": 64,
+    "first_k_dense_replace": 1,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "n_routed_experts": 8,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 2,
+    "n_group": 1,
+    "topk_group": 1,
+    "norm_topk_prob": True,
+    "routed_scaling_factor": 1.0,
+    "q_lora_rank": 128,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+}
+"""DeepSeek-V3's MoE and MLA at the toy's sizes, which GLM-4-MoE-Lite shares."""
+
+
 def deepseek_v3_config() -> Any:
     from transformers import DeepseekV3Config
 
-    return DeepseekV3Config(
-        **COMMON,
-        hidden_size=256,
-        intermediate_size=512,
-        moe_intermediate_size=64,
-        first_k_dense_replace=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        n_routed_experts=8,
-        n_shared_experts=1,
-        num_experts_per_tok=2,
-        n_group=1,
-        topk_group=1,
-        topk_method="noaux_tc",
-        norm_topk_prob=True,
-        routed_scaling_factor=1.0,
-        q_lora_rank=128,
-        kv_lora_rank=512,
-        qk_nope_head_dim=128,
-        qk_rope_head_dim=64,
-        v_head_dim=128,
-    )
+    return DeepseekV3Config(**DEEPSEEK_MOE_WITH_MLA, topk_method="noaux_tc")
 
 
 def glm4_moe_lite_config() -> Any:
     from transformers import Glm4MoeLiteConfig
 
-    return Glm4MoeLiteConfig(
-        **COMMON,
-        hidden_size=256,
-        intermediate_size=512,
-        moe_intermediate_size=64,
-        first_k_dense_replace=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        n_routed_experts=8,
-        n_shared_experts=1,
-        num_experts_per_tok=2,
-        n_group=1,
-        topk_group=1,
-        norm_topk_prob=True,
-        routed_scaling_factor=1.0,
-        q_lora_rank=128,
-        kv_lora_rank=512,
-        qk_nope_head_dim=128,
-        qk_rope_head_dim=64,
-        v_head_dim=128,
-    )
+    return Glm4MoeLiteConfig(**DEEPSEEK_MOE_WITH_MLA)
 
 
 TOYS: dict[str, Callable[[], Any]] = {
