@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any
 
-__all__ = ["call_after_import"]
+__all__ = ["call_after_import", "once_imported"]
 
 _lock = threading.Lock()
 
@@ -24,6 +24,15 @@ def call_after_import(modules: Iterable[str], callback: Callable[[], Any]) -> No
             for finder in sys.meta_path
         ):
             sys.meta_path.insert(0, _AfterImport(watched, callback))
+
+
+def once_imported(modules: Iterable[str], callback: Callable[[], Any]) -> None:
+    """Call ``callback`` now if one of ``modules`` is imported already, else just after the first of them is."""
+    modules = list(modules)
+    if any(module in sys.modules for module in modules):
+        callback()
+    else:
+        call_after_import(modules, callback)
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):

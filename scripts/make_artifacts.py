@@ -6,10 +6,10 @@ OUT/bf16 is the unquantized model: the toy Qwen3-MoE, another toy
 architecture (``--toy olmoe|qwen2-moe|deepseek-v3``, scalar_scales_testkit.toys),
 or a copy of the bf16 checkpoint DIR (any MoE architecture llm-compressor
 quantizes). ``--ignore`` leaves more modules unquantized than the preset
-does (llm-compressor's ``ignore`` syntax): SGLang's DeepSeek artifacts keep
-``kv_b_proj`` in bf16, as its MLA splits that weight after loading for
-bf16, FP8 and AWQ but not NVFP4 (``'ColumnParallelLinear' object has no
-attribute 'weight'``). Each producer
+does (llm-compressor's ``ignore`` syntax): SGLang's MLA artifacts keep
+``kv_b_proj`` in bf16, as SGLang splits that weight after loading, and an
+NVFP4 one has none (``'ColumnParallelLinear' object has no attribute
+'weight'``). Each producer
 environment then writes, under OUT/ct-<compressed-tensors version>/, every
 NVFP4 preset in four forms, and producer.json (the versions that wrote them):
 

@@ -1,21 +1,22 @@
 """The plugin's registration, which SGLang runs in every process it starts: cheap, idempotent, never raising.
 
-``register`` only registers: the patch goes in once SGLang imports its model
-loader (``sglang.srt.model_loader.loader``), which it does before it builds
-any layer, in the processes that load a model. ``SGLANG_PLUGINS`` is
-SGLang's own switch: a list without ``scalar_scales`` and SGLang never calls
-us. Whatever goes wrong is one warning line through SGLang's logging, never
-an error in SGLang's start.
+``register`` only registers: the patch goes in once SGLang has imported its
+model loader (``sglang.srt.model_loader.loader``), at once where it already
+has (its scheduler imports the loader before it loads plugins), and before
+any layer is built. ``SGLANG_PLUGINS`` is SGLang's own switch: a list without
+``scalar_scales`` and SGLang never calls us. The one log line goes through
+SGLang's logging when SGLang first loads weights, by when SGLang has set its
+logging up (it loads plugins before). Whatever goes wrong is one warning
+line, never an error in SGLang's start.
 """
 
 from __future__ import annotations
 
 import logging
-import sys
 
-from scalar_scales.import_hook import call_after_import
+from scalar_scales.import_hook import once_imported
 from scalar_scales.patching import UnsupportedUpstreamError
-from sglang_patch.loaders import LOADER_PATCHES, sglang_version
+from sglang_patch.loaders import LOADER_PATCHES, announce_at_first_load, sglang_version
 
 __all__ = ["ENTRY_POINT", "LOADER_MODULE", "apply", "is_applied", "register", "revert"]
 
@@ -27,12 +28,9 @@ LOGGER = logging.getLogger("sglang.scalar_scales")
 
 
 def register() -> None:
-    """SGLang's plugin hook: ask to patch the model loader once SGLang imports it."""
+    """SGLang's plugin hook: ask to patch the model loader once SGLang has imported it."""
     try:
-        if LOADER_MODULE in sys.modules:
-            _apply_never_raising()
-        else:
-            call_after_import([LOADER_MODULE], _apply_never_raising)
+        once_imported([LOADER_MODULE], _apply_never_raising)
     except Exception as error:  # reported, never raised into SGLang's start
         LOGGER.warning("scalar-scales: SGLang %s: not registered (%s); nothing patched", sglang_version(), error)
 
@@ -45,21 +43,25 @@ def _apply_never_raising() -> None:
 
 
 def apply() -> list[str]:
-    """Patch the installed SGLang's model loading, with one log line; return what is patched (empty where
-    nothing could be, which a warning line says)."""
+    """Patch the installed SGLang's model loading; return what is patched (empty where nothing could be, which
+    one warning line says). The line that says what is patched is written at the first load."""
+    if LOADER_PATCHES.refusal is not None:
+        return []
     try:
         upstream = LOADER_PATCHES.apply()
     except UnsupportedUpstreamError as refusal:
         LOGGER.warning("scalar-scales: %s", refusal)
         return []
     if upstream is not None:
-        LOGGER.info("scalar-scales: %s: patched %s", upstream, LOADER_PATCHES.applied_reasons())
+        reasons = LOADER_PATCHES.applied_reasons()
+        announce_at_first_load(lambda: LOGGER.info("scalar-scales: %s: patched %s", upstream, reasons))
     return LOADER_PATCHES.applied_targets()
 
 
 def revert() -> None:
     """Restore every patched SGLang function exactly."""
     LOADER_PATCHES.revert()
+    announce_at_first_load(None)
 
 
 def is_applied() -> bool:

@@ -6,14 +6,19 @@ the toy, the round trip reads the one the producer environment wrote);
 
 Generated examples are the same on every run (hypothesis derandomized): CI
 runs the examples the developer ran, so an example that fails or hangs does
-so everywhere, not by chance; ``--hypothesis-seed`` explores others.
+so everywhere, not by chance. ``--hypothesis-seed N`` explores others (a
+seed turns the derandomizing off: hypothesis would ignore the seed).
 """
 
 import pytest
 from hypothesis import settings
 
 settings.register_profile("repeatable", derandomize=True, database=None)
-settings.load_profile("repeatable")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("hypothesis_seed", None) is None:
+        settings.load_profile("repeatable")
 
 
 @pytest.fixture(scope="session")

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
-from scalar_scales.import_hook import call_after_import
+from scalar_scales.import_hook import once_imported
 from scalar_scales.patching import UnsupportedUpstreamError
 from vllm_patch.loaders import LOADER_PATCHES
 from vllm_patch.platform_gate import current_platform, should_emulate
@@ -43,20 +43,12 @@ def register() -> None:
         allowed = vllm.envs.VLLM_PLUGINS
         if allowed is not None and ENTRY_POINT not in allowed:
             return
-        _once_imported(LOADER_MODULES, _never_raising(apply, "could not patch the MoE loader"))
+        once_imported(LOADER_MODULES, _never_raising(apply, "could not patch the MoE loader"))
         if should_emulate(current_platform()):
             for module in EMULATED_MODULES:
-                _once_imported([module], functools.partial(apply_emulation, module))
+                once_imported([module], functools.partial(apply_emulation, module))
     except Exception as error:  # reported, never raised into vLLM's start
         vllm_logger().warning("scalar-scales: vLLM %s: not registered (%s); nothing patched", vllm_version(), error)
-
-
-def _once_imported(modules: Iterable[str], callback: Callable[[], Any]) -> None:
-    modules = list(modules)
-    if any(module in sys.modules for module in modules):
-        callback()
-    else:
-        call_after_import(modules, callback)
 
 
 def _never_raising(action: Callable[[], Any], failure: str) -> Callable[[], None]:

@@ -119,12 +119,13 @@ _PART = "model.layers.{}.self_attn.{}.{}"
 GLOBAL_SCALES = ("weight_global_scale", "input_global_scale")
 
 
-def fused_scales_on_disk(artifact: Path, projection: str, layers: int = 2) -> dict[str, list[float]]:
+def fused_scales_on_disk(artifact: Path, projection: str) -> dict[str, list[float]]:
     """Each layer's global scales of ``projection`` (``q_a_proj``, ``kv_a_proj_with_mqa``) as the artifact holds
     them, named as the fused layer's."""
     from safetensors.torch import load_file
 
     tensors = load_file(artifact / "model.safetensors")
+    layers = json.loads((artifact / "config.json").read_text())["num_hidden_layers"]
     return {
         FUSED.format(layer, scale): tensors[_PART.format(layer, projection, scale)].reshape(-1).tolist()
         for layer in range(layers)

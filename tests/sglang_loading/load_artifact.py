@@ -2,9 +2,10 @@
 
     python tests/sglang_loading/load_artifact.py ARTIFACT PORT [--plugins]
 
-``--plugins`` first runs SGLang's own ``load_plugins()``, as its scheduler
-does, so the plugin is found through its entry point (and ``SGLANG_PLUGINS``
-applies). The line holds ``loaded``, ``error`` (type and message, as SGLang
+``--plugins`` first runs SGLang's own ``load_plugins()`` as its scheduler
+does: after the scheduler's imports have imported the model loader, and
+before it configures logging. So the plugin is found through its entry point
+(and ``SGLANG_PLUGINS`` applies). The line holds ``loaded``, ``error`` (type and message, as SGLang
 raised it) and, once loaded, the fused MLA a-projection's scales of each
 layer, what the plugin patched, and where the ``sglang`` imported lies.
 """
@@ -21,6 +22,8 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     artifact, port = Path(sys.argv[1]), int(sys.argv[2])
     if "--plugins" in sys.argv[3:]:
+        # The scheduler's imports have imported the model loader by the time it loads plugins.
+        import sglang.srt.model_loader.loader  # noqa: F401
         from sglang.srt.plugins import load_plugins
 
         load_plugins()

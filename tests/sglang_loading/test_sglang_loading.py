@@ -64,16 +64,22 @@ def test_with_the_plugin_differing_fused_global_scales_are_a_named_error(load, a
     found = load(path, plugins=True)
     assert not found["loaded"]
     assert found["error"].startswith(
-        "FusedScalesDifferError: model.layers.0.self_attn.fused_qkv_a_proj_with_mqa.weight_global_scale: "
-        f"SGLang fuses 2 layers here into one, whose NVFP4 kernel takes one global scale, but theirs differ "
-        f"({q_a:g}, {kv_a:g})"
+        "FusedScalesDifferError: model.layers.0.self_attn.fused_qkv_a_proj_with_mqa.weight_global_scale: SGLang fuses "
+        "2 layers (model.layers.0.self_attn.q_a_proj.weight_global_scale and "
+        "model.layers.0.self_attn.kv_a_proj_with_mqa.weight_global_scale) into one, which takes one per-tensor scale, "
+        f"but theirs differ ({q_a!r}, {kv_a!r})"
     )
 
 
-def test_the_plugin_is_found_through_sglang_s_entry_point_and_says_so_in_one_line(observed):
+def test_the_plugin_is_found_through_sglang_s_entry_point_and_says_what_it_patched_in_one_line(observed):
     found = observed("deepseek-v3", "format2", plugins=True)
     lines = [line for line in found["log"].splitlines() if "scalar-scales:" in line]
-    assert found["patched"] and len(lines) == 1 and "SGLang 0.5.23: patched" in lines[0]
+    assert found["patched"] and len(lines) == 1
+    assert lines[0].endswith(
+        "scalar-scales: SGLang 0.5.23: patched load_weights_only (0-D global scales enter as (1,), the shape "
+        "llm-compressor has always written); weight_loader (a fused layer's per-tensor scale takes its parts' equal "
+        "values as one, and refuses differing ones)"
+    )
 
 
 def test_sglang_plugins_without_ours_switches_it_off(load, artifact):

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
 
 import sglang_patch
@@ -47,3 +51,42 @@ def test_a_release_the_patch_was_not_tested_on_is_refused_with_nothing_patched(m
     monkeypatch.setattr(loaders, "TESTED_SGLANG", ("0.5.22",))
     assert sglang_patch.apply() == []
     assert originals() == before and "SGLang 0.5.23 is not a release the patch was tested on (0.5.22)" in caplog.text
+
+
+REGISTER_THEN_IMPORT = """
+import json, sys
+import sglang_patch
+sglang_patch.register()
+sglang_patch.register()
+imported = sglang_patch.LOADER_MODULE in sys.modules
+import sglang.srt.model_loader.loader
+from sglang.srt.layers.linear import ReplicatedLinear
+wrapped = vars(ReplicatedLinear)["weight_loader"]
+print(json.dumps([imported, sglang_patch.is_applied(), hasattr(wrapped.__wrapped__, "__wrapped__")]))
+"""
+
+
+def test_register_imports_no_loader_and_patches_once_when_sglang_imports_it_however_often_it_is_called():
+    done = subprocess.run([sys.executable, "-c", REGISTER_THEN_IMPORT], capture_output=True, text=True, timeout=300)
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [False, True, False], done.stderr[-2000:]
+
+
+def test_register_never_raises_where_it_patches_nothing(monkeypatch, caplog):
+    import sglang.srt.model_loader.loader  # noqa: F401
+
+    monkeypatch.setattr(loaders, "TESTED_SGLANG", ("0.5.22",))
+    sglang_patch.register()
+    assert not sglang_patch.is_applied() and "nothing patched" in caplog.text
+
+
+def test_a_gguf_parameter_not_yet_materialized_passes_through_to_sglang_s_loader():
+    import torch
+    from sglang.srt.layers.linear import ReplicatedLinear
+    from sglang.srt.layers.quantization.gguf import GGUFUninitializedParameter
+
+    sglang_patch.apply()
+    layer = ReplicatedLinear(4, 4, bias=False, params_dtype=torch.float32)
+    param = GGUFUninitializedParameter(requires_grad=False)
+    param.is_gguf_weight = True
+    layer.weight_loader(param, torch.ones(4, 4))
+    assert torch.equal(param.data, torch.ones(4, 4))

@@ -4,7 +4,7 @@ SGLang imports torchvision at module level for its multimodal configs
 (``sglang.srt.configs`` imports them all, and the linear layers import that).
 The registry's torchvision for torch 2.13 is CUDA-linked and fails to import
 beside the CPU torch (``operator torchvision::nms does not exist``), and the
-tests load no multimodal model. Any submodule imports; using anything in it
+tests load no multimodal model. Any submodule imports; calling anything in it
 raises, naming it.
 """
 
@@ -27,9 +27,6 @@ class _Unavailable:
 
     def __call__(self, *args, **kwargs):
         raise RuntimeError(f"{self._name}: torchvision is a stand-in in this environment (testkit/stubs)")
-
-    def __mro_entries__(self, bases):
-        return (object,)
 
 
 def _module_getattr(module_name):
