@@ -273,7 +273,8 @@ def decision_guide(rows: list[dict[str, Any]]) -> list[str]:
         cells[r["consumer"], r["fix"]][shape].append(r)
     lines = [
         GUIDE_START,
-        "| you load with | fix | (1,) global scales: llm-compressor today | 0-D: format 2, or after `scalar-scales migrate` |",
+        "| you load with | fix | (1,) global scales: llm-compressor today "
+        "| 0-D: format 2, or after `scalar-scales migrate` |",
         "|---|---|---|---|",
     ]
     for (consumer, fix), by_shape in cells.items():
