@@ -35,11 +35,12 @@ no temporary file behind.
 from __future__ import annotations
 
 import os
+import queue
 import shutil
 import stat
 import struct
+import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -281,40 +282,67 @@ def _apply_edits(
     report: MigrationReport, materialize: bool, progress: Progress | None, changed: list[HeaderEdit]
 ) -> None:
     """Edit every shard, in threads; ``changed`` collects each one edited. Where one fails, or the run is
-    interrupted, no edit is started any more, the ones under way finish, and the failure is raised."""
+    interrupted, no edit is started any more, the ones under way finish, and the failure is raised.
+
+    An interrupt reaches this thread only, and may come anywhere, within starting a thread too. So the
+    writers are all started before any may edit, and each edit is recorded by the writer that made it: every
+    writer that may have edited is one whose start returned, and is waited for, so no edit goes unrecorded.
+    (With a thread pool, an interrupt inside ``submit``, while it starts a thread that already has an edit to
+    make, left that thread unwaited for and its edit uncounted.)"""
     total = len(report.edits)
+    pending: queue.SimpleQueue[HeaderEdit] = queue.SimpleQueue()
+    for edit in report.edits:
+        pending.put(edit)
+    finished: queue.SimpleQueue[BaseException | None] = queue.SimpleQueue()
+    go, stop = threading.Event(), threading.Event()
 
-    def apply(edit: HeaderEdit) -> Path | None:
-        if _rewritten_anew(edit, materialize):
-            _rewrite(edit)
-            return edit.path
-        _edit_in_place(edit)
-        return None
+    def write() -> None:
+        go.wait()
+        while not stop.is_set():
+            try:
+                edit = pending.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                if _rewritten_anew(edit, materialize):
+                    _rewrite(edit)
+                    report.rewritten.append(edit.path)
+                else:
+                    _edit_in_place(edit)
+            except BaseException as error:  # handed to the main thread, which raises it
+                finished.put(error)
+                return
+            changed.append(edit)
+            finished.put(None)
 
-    pool = ThreadPoolExecutor(max_workers=min(WRITERS, os.cpu_count() or 1, max(total, 1)))
-    futures: dict[Future[Path | None], HeaderEdit] = {}
+    started: list[threading.Thread] = []
     try:
-        for edit in report.edits:
-            futures[pool.submit(apply, edit)] = edit
-        for done, future in enumerate(as_completed(futures), start=1):
-            rewritten = future.result()
-            changed.append(futures[future])
-            if rewritten is not None:
-                report.rewritten.append(rewritten)
+        for number in range(min(WRITERS, os.cpu_count() or 1, max(total, 1))):
+            writer = threading.Thread(target=write, name=f"scalar-scales-writer-{number}")
+            writer.start()
+            started.append(writer)
+        go.set()
+        for done in range(1, total + 1):
+            error = _next(finished)
+            if error is not None:
+                raise error
             if progress is not None:
                 progress(done, total)
-    except BaseException:
-        for future in futures:
-            future.cancel()
-        pool.shutdown(wait=True)
-        changed[:] = [edit for future, edit in futures.items() if _succeeded(future)]
-        raise
     finally:
-        pool.shutdown(wait=True)
+        stop.set()
+        go.set()
+        for writer in started:
+            writer.join()
 
 
-def _succeeded(future: Future[Path | None]) -> bool:
-    return future.done() and not future.cancelled() and future.exception() is None
+def _next(finished: queue.SimpleQueue[BaseException | None]) -> BaseException | None:
+    """The next writer's outcome, waited for in short steps: a wait without a timeout cannot be interrupted on
+    Windows."""
+    while True:
+        try:
+            return finished.get(timeout=0.2)
+        except queue.Empty:
+            continue
 
 
 def _open_as_planned(edit: HeaderEdit, flags: int) -> int:
