@@ -11,7 +11,6 @@ hub.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,18 +89,18 @@ def calibration_dataset(*, seed: int = 0) -> Any:
     return Dataset.from_dict({"input_ids": ids.tolist(), "attention_mask": torch.ones_like(ids).tolist()})
 
 
-def recipe(scheme: str, ignore_also: Sequence[str] = ()) -> Any:
+def recipe(scheme: str, ignore_also: list[str] | None = None) -> Any:
     """The NVFP4 preset recipe that llm-compressor's examples use for MoE models: routers stay unquantized
     (vLLM builds Qwen2-MoE's ``shared_expert_gate`` without a quantization config); ``ignore_also``: more
     modules left unquantized."""
     from llmcompressor.modifiers.quantization import QuantizationModifier
 
     ignore = ["lm_head", "re:.*mlp.gate$", "re:.*mlp.shared_expert_gate$", *_EXTRA_IGNORE.get(scheme, [])]
-    ignore += ignore_also
+    ignore += ignore_also or []
     return QuantizationModifier(targets="Linear", scheme=scheme, ignore=ignore)
 
 
-def oneshot_kwargs(scheme: str, ignore_also: Sequence[str] = ()) -> dict[str, Any]:
+def oneshot_kwargs(scheme: str, ignore_also: list[str] | None = None) -> dict[str, Any]:
     """Arguments for ``oneshot``: calibration data only where the scheme has activation scales."""
     kwargs: dict[str, Any] = {"recipe": recipe(scheme, ignore_also), "processor": toy_tokenizer()}
     if scheme in CALIBRATED_SCHEMES:
