@@ -27,6 +27,7 @@ __all__ = [
     "CONFIG_OVERRIDES",
     "FUSED",
     "GLOBAL_SCALES",
+    "MLA_A_PROJECTIONS",
     "MODELS",
     "fused_scales_on_disk",
     "load_model",
@@ -113,6 +114,8 @@ def loaded_parameter(model: Any, name: str) -> list[float]:
     return [float(v) for v in dict(model.named_parameters())[name].detach().reshape(-1).tolist()]
 
 
+MLA_A_PROJECTIONS = ("q_a_proj", "kv_a_proj_with_mqa")
+"""The projections SGLang fuses into one, whose global scales its loaders concatenate (or pick one of)."""
 FUSED = "model.layers.{}.self_attn.fused_qkv_a_proj_with_mqa.{}"
 """SGLang's fused MLA a-projection of a layer, and one of its global scales."""
 _PART = "model.layers.{}.self_attn.{}.{}"

@@ -24,6 +24,7 @@ BASE_LAYERS = (
     ("scalar_scales.files",),
     ("scalar_scales.sources",),
     ("scalar_scales.scan",),
+    ("scalar_scales.consumers",),
     ("scalar_scales.doctor", "scalar_scales.migrate"),
     ("scalar_scales.cli", "scalar_scales.__main__"),
 )

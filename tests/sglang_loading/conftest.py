@@ -26,7 +26,7 @@ import pytest
 pytest.importorskip("sglang.srt", reason="SGLang tests run in the sglang environment")
 
 from scalar_scales_testkit.roundtrip import Artifact, Result, artifacts_root, installed_versions  # noqa: E402
-from scalar_scales_testkit.sglang_cpu import MODELS  # noqa: E402
+from scalar_scales_testkit.sglang_cpu import MLA_A_PROJECTIONS, MODELS  # noqa: E402
 from scalar_scales_testkit.vllm_layers import free_port  # noqa: E402
 
 LOAD = Path(__file__).with_name("load_artifact.py")
@@ -77,6 +77,7 @@ def observed(
             consumer = f"SGLang {version('sglang')} {MODELS[toy]}"
             error = found["error"].splitlines()[0] if found["error"] else None
             result = Result(consumer, FIXES[plugins], Artifact(PRODUCER, SCHEME, form, path), found["loaded"], error)
+            result.details = {"architecture": MODELS[toy], "fused": list(MLA_A_PROJECTIONS)}
             result.record("sglang", versions=installed_versions() | {"sglang": version("sglang")})
         return cache[toy, form, plugins]
 

@@ -1,0 +1,34 @@
+"""What each consumer the round trip observed (vLLM, transformers, SGLang, a ``copy_`` loader) does with a
+checkpoint's global scales, by shape: ``check`` says which engines do not load a checkpoint, ``migrate`` what
+its change does to each.
+
+The observations (:data:`OBSERVED`) are generated from the round trip by
+scripts/compatibility_matrix.py, with docs/compatibility.md and the README's
+decision guide; the test command fails where they differ from its run.
+"""
+
+from __future__ import annotations
+
+from scalar_scales.consumers.observation import NO_FIX, Observation, Outcome
+from scalar_scales.consumers.observed import OBSERVED
+from scalar_scales.consumers.of_checkpoint import (
+    Change,
+    Refusal,
+    changes,
+    observations_of,
+    refusals,
+    scales_layout,
+)
+
+__all__ = [
+    "NO_FIX",
+    "OBSERVED",
+    "Change",
+    "Observation",
+    "Outcome",
+    "Refusal",
+    "changes",
+    "observations_of",
+    "refusals",
+    "scales_layout",
+]

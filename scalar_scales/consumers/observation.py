@@ -1,0 +1,59 @@
+"""What one consumer was seen to do with each shape of global scale: one row of the round trip's decision guide
+(docs/compatibility.md), as the package carries it."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from scalar_scales.files import Layout
+
+__all__ = ["NO_FIX", "Observation", "Outcome"]
+
+NO_FIX = "none"
+"""The fix of a consumer as released."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Whether the consumer loads checkpoints of one shape, and the error where it does not, or what differs where it
+    loads them otherwise than the (1,) ones."""
+
+    loads: bool
+    note: str = ""
+
+    def __str__(self) -> str:
+        if not self.loads:
+            return f"fails: {self.note}"
+        return f"loads, {self.note}" if self.note else "loads"
+
+
+@dataclass(frozen=True)
+class Observation:
+    """A consumer, with a fix or none, and its outcome for (1,) global scales (``legacy``) and for 0-D ones
+    (``scalar``).
+
+    ``architecture`` is the model class the outcome belongs to, where it is
+    that class's own (SGLang's loaders differ by model); None where the
+    consumer loads scales the same way for every model, as vLLM's and
+    compressed-tensors' scale loading does. ``fused`` names the modules whose
+    global scales the outcome is about: it holds for checkpoints that have
+    them.
+    """
+
+    family: str
+    consumer: str
+    fix: str
+    legacy: Outcome
+    scalar: Outcome
+    architecture: str | None = None
+    fused: tuple[str, ...] = ()
+
+    def outcome(self, layout: Layout) -> Outcome:
+        return self.scalar if layout == "scalar" else self.legacy
+
+    def concerns(self, architectures: Collection[str], modules: Collection[str]) -> bool:
+        """Whether the observation holds for a checkpoint of these model classes whose global scales belong to these
+        modules (the last part of each module's name)."""
+        of_class = self.architecture is None or self.architecture in architectures
+        return of_class and all(module in modules for module in self.fused)
