@@ -6,6 +6,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from itertools import chain
 
+from scalar_scales.consumers import Refusal, refusals
 from scalar_scales.doctor.catalogue import RULES
 from scalar_scales.doctor.expectations import Expectations, expectations_of
 from scalar_scales.doctor.rules import Finding, Rule
@@ -25,6 +26,9 @@ class Diagnosis:
     rules: tuple[Rule, ...]
     """The rules asked for (``--select``, ``--ignore``), in code order."""
     findings: list[Finding]
+    refusals: list[Refusal]
+    """The consumers observed in the round trip not to load a checkpoint like this one, whatever rules were asked
+    for: an engine's refusal is not the checkpoint's fault, but never goes unsaid."""
 
     @property
     def scan(self) -> CheckpointScan:
@@ -49,4 +53,5 @@ def diagnose(
     expectations = expectations_of(opened.declared)
     view = CheckpointView(scan_shards(opened, include=include), expectations)
     rules = tuple(rule for code, rule in RULES.items() if code in codes)
-    return Diagnosis(view, rules, list(chain.from_iterable(rule.findings(view) for rule in rules)))
+    findings = list(chain.from_iterable(rule.findings(view) for rule in rules))
+    return Diagnosis(view, rules, findings, refusals(view.scan))

@@ -93,7 +93,8 @@ class CheckReport:
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.errors or (self.strict and (self.warnings or not self.checked)) else 0
+        refused = bool(self.diagnosis.refusals)
+        return 1 if self.errors or (self.strict and (self.warnings or refused or not self.checked)) else 0
 
     def heading(self) -> str:
         scan = self.diagnosis.scan
@@ -157,6 +158,9 @@ class CheckReport:
             by_code = ", ".join(f"{code} {n}" for code, n in sorted(self.counts.items()))
             counted = ", ".join(f"{self.count(severity)} {_PLURAL[severity]}" for severity in SEVERITIES)
             line = f"Found {len(self.reported)}: {counted} ({by_code})."
+        if refusals := self.diagnosis.refusals:
+            consumers = ", ".join(refusal.consumer for refusal in refusals)
+            line += f" Observed not to load it: {consumers} (docs/compatibility.md)."
         if self.fetched is not None:
             fetched, total = self.fetched.bytes_fetched, self.fetched.bytes_total
             share = 100 * fetched / total if total else 0.0
@@ -185,6 +189,7 @@ class CheckReport:
             lines += [f"  {code} {_where(finding)}: {finding.message}" for finding in shown]
             if len(shown) < count:
                 lines.append(f"  ... and {count - len(shown)} more {code} (--show-all or --json lists them)")
+        lines += [f"Not loaded by {refusal}" for refusal in self.diagnosis.refusals]
         lines.append(self.summary())
         return lines
 
@@ -201,6 +206,10 @@ class CheckReport:
                     "message": f.message,
                 }
                 for f in self.reported
+            ],
+            "not_loaded_by": [
+                {"consumer": refusal.consumer, "error": refusal.error, "loaded_by": list(refusal.loaded_by)}
+                for refusal in self.diagnosis.refusals
             ],
             "summary": {
                 "checkpoint": str(scan.checkpoint.root),

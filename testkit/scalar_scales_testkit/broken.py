@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from scalar_scales.files import Layout
 from scalar_scales.migrate import migrate_checkpoint
 from scalar_scales.nvfp4 import (
     COMPRESSED_TENSORS_LAYOUT,
@@ -37,6 +38,7 @@ __all__ = [
     "BrokenCase",
     "clean_checkpoint",
     "clean_modelopt_checkpoint",
+    "mla_checkpoint",
     "rewrite_shard",
     "shard_of",
     "to_modelopt",
@@ -57,6 +59,39 @@ def clean_checkpoint(directory: Path) -> Path:
     checkpoint = make_checkpoint(directory)
     migrate_checkpoint(checkpoint)
     return checkpoint
+
+
+MLA_RENAMES = {
+    ".mlp.experts.0.gate_proj.": ".self_attn.q_a_proj.",
+    ".mlp.experts.0.up_proj.": ".self_attn.kv_a_proj_with_mqa.",
+}
+"""How :func:`mla_checkpoint` makes layer 0's first expert's fused pair an MLA layer's a-projections."""
+
+
+def mla_checkpoint(directory: Path, architecture: str, to: Layout = "scalar") -> Path:
+    """The clean synthetic checkpoint (migrated ``to``) as an MLA model of class ``architecture`` would hold it:
+    every layer's first expert's gate and up projections are its MLA a-projections (``q_a_proj``,
+    ``kv_a_proj_with_mqa``), which SGLang fuses; no rule finds anything in it but NV101 for (1,) scales."""
+    checkpoint = make_checkpoint(directory)
+    migrate_checkpoint(checkpoint, to=to)
+
+    def renamed(name: str) -> str:
+        for old, new in MLA_RENAMES.items():
+            name = name.replace(old, new)
+        return name
+
+    for shard in _shards(checkpoint):
+        rewrite_header(shard, lambda header: {renamed(name): entry for name, entry in header.items()})
+    _edit_index(checkpoint, lambda weight_map: _rename_all(weight_map, renamed))
+    config = json.loads((checkpoint / CONFIG_NAME).read_text())
+    (checkpoint / CONFIG_NAME).write_text(json.dumps({**config, "architectures": [architecture]}, indent=2))
+    return checkpoint
+
+
+def _rename_all(weight_map: dict[str, str], renamed: Callable[[str], str]) -> None:
+    entries = {renamed(name): file for name, file in weight_map.items()}
+    weight_map.clear()
+    weight_map.update(entries)
 
 
 def clean_modelopt_checkpoint(directory: Path, *, in_config_json: bool = False) -> Path:

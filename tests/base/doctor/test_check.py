@@ -258,7 +258,7 @@ def test_an_unknown_rule_code_is_a_usage_error(checkpoint):
 def test_json_has_findings_and_a_summary(checkpoint):
     set_scale_value(checkpoint, "input_global_scale", 0, math.nan)
     document = json.loads(run_cli("check", checkpoint, "--json").stdout)
-    assert set(document) == {"findings", "summary"}
+    assert set(document) == {"findings", "not_loaded_by", "summary"}
     assert {tuple(f) for f in document["findings"]} == {("code", "severity", "effect", "tensor", "file", "message")}
     assert document["summary"] == {
         "checkpoint": str(checkpoint),
