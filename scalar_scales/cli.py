@@ -266,6 +266,7 @@ def _migrate(args: argparse.Namespace) -> int:
         include=args.include,
         materialize=args.materialize,
         progress=_progress_bar if show_progress else None,
+        announce=None if args.json else _announce,
     )
     try:  # the migration is done: what is left cannot change that, or its exit code
         if show_progress and report.edits:
@@ -274,6 +275,14 @@ def _migrate(args: argparse.Namespace) -> int:
     except (KeyboardInterrupt, Interrupted):
         pass
     return 0
+
+
+def _announce(report: MigrationReport) -> None:
+    """Say, before anything is written, what the change does for each consumer the round trip observed."""
+    if report.consumers:
+        verb = "would change" if report.dry_run else "changes"
+        lines = [f"What this {verb} for each consumer, as released unless a fix is named (docs/compatibility.md):"]
+        _emit("\n".join([*lines, *(f"  {change}" for change in report.consumers)]))
 
 
 def _migration_summary(report: MigrationReport) -> str:

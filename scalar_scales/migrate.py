@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scalar_scales.consumers import Change, changes
 from scalar_scales.errors import CheckpointError, Interrupted, StoppedAfterWriting
 from scalar_scales.files.config_marker import MarkerEdit, plan_format_version, write_planned
 from scalar_scales.files.durable import os_errors_named, remove_stale, replaced
@@ -80,6 +81,9 @@ class MigrationReport:
     """config.json's planned marker edit; None where the marker stays as it is (or there is no config)."""
     producer: Producer | None = None
     """Who wrote the checkpoint, as its config declares; None without one."""
+    consumers: list[Change] = field(default_factory=list)
+    """What the change does for each consumer the round trip observed (docs/compatibility.md) where it does
+    something: what the consumer did with checkpoints of the old shape, and with the new."""
 
     @property
     def scales_changed(self) -> int:
@@ -107,6 +111,15 @@ class MigrationReport:
             "format_version_after": self.format_version_after,
             "changed": self.changed,
             "producer": self.producer,
+            "consumers_changed": [
+                {
+                    "consumer": change.observation.consumer,
+                    "fix": change.observation.fix,
+                    "before": str(change.before),
+                    "after": str(change.after),
+                }
+                for change in self.consumers
+            ],
         }
 
 
@@ -131,16 +144,22 @@ def migrate_checkpoint(
     include: Sequence[str] = (),
     materialize: bool = False,
     progress: Progress | None = None,
+    announce: Callable[[MigrationReport], None] | None = None,
 ) -> MigrationReport:
-    """Put every per-tensor scale in scope into layout ``to`` and declare it in ``config.json``."""
+    """Put every per-tensor scale in scope into layout ``to`` and declare it in ``config.json``. ``announce`` is
+    given the plan once it is decided and checked, before anything is written (with ``dry_run``, instead)."""
     checkpoint = resolve_checkpoint(path)
     with checkpoint_lock(checkpoint):
         scan = scan_shards(open_local(checkpoint), include=include, read_values=False)
         report = _plan(checkpoint, scan, to, include, dry_run)
-        if dry_run or not report.changed:
+        if not report.changed:
             return report
-        _check_writable(report, materialize)
-        _write(report, materialize, progress)
+        if not dry_run:
+            _check_writable(report, materialize)
+        if announce is not None:
+            announce(report)
+        if not dry_run:
+            _write(report, materialize, progress)
         return report
 
 
@@ -162,6 +181,7 @@ def _plan(
     edits = [edit for edit in planned if edit is not None]
     producer = None if declared is None else declared.producer
     report = MigrationReport(checkpoint, to, dry_run, scan.scale_count, edits, producer=producer)
+    report.consumers = changes(scan, to)
     if scan.config is not None and declared is not None and declared.is_nvfp4:
         report.format_version_before = scan.declared_format_version
         report.format_version_after = SCALAR_FORMAT_VERSION if to == "scalar" else LEGACY_FORMAT_VERSION
