@@ -41,7 +41,7 @@ from scalar_scales.doctor import (
     selected_codes,
 )
 from scalar_scales.environment import SwitchValueError
-from scalar_scales.errors import CheckpointError, Interrupted, StoppedAfterWriting
+from scalar_scales.errors import CheckpointError, Interrupted, StoppedAfterWriting, escaped
 from scalar_scales.nvfp4 import MODELOPT
 from scalar_scales.sources import HubShards, is_hub_address, open_checkpoint
 
@@ -182,14 +182,14 @@ def _run(args: argparse.Namespace) -> int:
             return _rule(args)
         return _migrate(args)
     except (CheckpointError, SwitchValueError) as exc:
-        print(f"scalar-scales: error: {exc}", file=sys.stderr)
+        print(escaped(f"scalar-scales: error: {exc}"), file=sys.stderr)
         return REFUSED
     except StoppedAfterWriting as exc:
-        print(f"scalar-scales: error: {exc}", file=sys.stderr)
+        print(escaped(f"scalar-scales: error: {exc}"), file=sys.stderr)
         return STOPPED_AFTER_WRITING
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"scalar-scales: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        print(escaped(f"scalar-scales: error: {where}{exc.strerror or exc}"), file=sys.stderr)
         return REFUSED
 
 
@@ -220,6 +220,12 @@ def _emit(text: str) -> None:
         os.close(devnull)
 
 
+def _emit_lines(lines: list[str]) -> None:
+    """Print lines of text output, each escaped: a name from a checkpoint or a server is printed as it is unless
+    it holds a character a terminal acts on."""
+    _emit("\n".join(map(escaped, lines)))
+
+
 def _check(args: argparse.Namespace) -> int:
     try:
         codes = selected_codes(args.select, args.ignore)
@@ -232,7 +238,7 @@ def _check(args: argparse.Namespace) -> int:
         _emit(json.dumps(report.document(with_scales=args.list), indent=2, allow_nan=False))
     else:
         lines = [report.summary()] if args.quiet else report.lines(show_all=args.show_all, with_scales=args.list)
-        _emit("\n".join(lines))
+        _emit_lines(lines)
     return report.exit_code
 
 
@@ -271,7 +277,10 @@ def _migrate(args: argparse.Namespace) -> int:
     try:  # the migration is done: what is left cannot change that, or its exit code
         if show_progress and report.edits:
             print(file=sys.stderr)
-        _emit(json.dumps(report.as_dict(), indent=2) if args.json else _migration_summary(report))
+        if args.json:
+            _emit(json.dumps(report.as_dict(), indent=2))
+        else:
+            _emit_lines([_migration_summary(report)])
     except (KeyboardInterrupt, Interrupted):
         pass
     return 0
@@ -282,7 +291,7 @@ def _announce(report: MigrationReport) -> None:
     if report.consumers:
         verb = "would change" if report.dry_run else "changes"
         lines = [f"What this {verb} for each consumer, as released unless a fix is named (docs/compatibility.md):"]
-        _emit("\n".join([*lines, *(f"  {change}" for change in report.consumers)]))
+        _emit_lines([*lines, *(f"  {change}" for change in report.consumers)])
 
 
 def _migration_summary(report: MigrationReport) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 
-__all__ = ["CheckpointError", "Interrupted", "StoppedAfterWriting", "printable"]
+__all__ = ["CheckpointError", "Interrupted", "StoppedAfterWriting", "escaped", "printable"]
 
 
 class CheckpointError(Exception):
@@ -36,6 +36,15 @@ class CheckpointError(Exception):
 def printable(text: str) -> str:
     """``text`` as it is, or JSON-quoted when it holds control characters: errors stay on one line."""
     return text if text.isprintable() else json.dumps(text)
+
+
+def escaped(line: str) -> str:
+    """``line`` with every character a terminal would act on (a newline, an escape sequence's ESC, a BEL, a
+    bidirectional override) written as its Python escape: what a checkpoint or a server names cannot forge a
+    line or reach the terminal."""
+    if line.isprintable():
+        return line
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in line)
 
 
 class StoppedAfterWriting(Exception):

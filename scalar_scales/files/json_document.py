@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,8 @@ def json_object(raw: bytes, path: str | os.PathLike[str], unique: str | None = N
         document = json.loads(raw.decode("utf-8"), object_pairs_hook=hook)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise CheckpointError(path, f"not valid JSON ({exc})") from None
+    except ValueError:  # past Python's bound on the digits of an integer it converts
+        raise CheckpointError(path, f"holds an integer of more than {sys.get_int_max_str_digits()} digits") from None
     if not isinstance(document, dict):
         raise CheckpointError(path, "not a JSON object")
     if unique is not None and duplicated:

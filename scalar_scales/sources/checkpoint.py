@@ -165,4 +165,5 @@ def weight_map_of(index: dict[str, Any], path: str | os.PathLike[str]) -> tuple[
 
 
 def _is_shard_name(name: object) -> bool:
-    return isinstance(name, str) and name.endswith(".safetensors") and Path(name).name == name
+    """A file name in this folder: no separator, and no NUL, which no file system has in a name."""
+    return isinstance(name, str) and name.endswith(".safetensors") and Path(name).name == name and "\0" not in name

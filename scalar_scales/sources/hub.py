@@ -283,8 +283,8 @@ def _model_info(repo_id: str, revision: str | None, address: str) -> tuple[str, 
         body = client.read(response, address, MAX_JSON_BYTES, decoded=True)
     try:
         info = json_object(body, address)
-    except CheckpointError:
-        raise CheckpointError(address, "the Hub's model-info reply is not a JSON object") from None
+    except CheckpointError as error:
+        raise CheckpointError(address, f"the Hub's model-info reply is refused: {error.problem}") from None
     sha, siblings = info.get("sha"), info.get("siblings")
     if not isinstance(sha, str) or not _COMMIT.fullmatch(sha):
         raise CheckpointError(address, "the Hub's model-info reply names no commit (sha)")

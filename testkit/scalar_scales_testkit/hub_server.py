@@ -26,6 +26,7 @@ seen, or could be made, to answer:
 ``siblings-text``   model info: ``siblings`` is a string
 ``no-rfilename``    model info: a sibling without ``rfilename``
 ``a-list``          model info: a JSON list
+``huge-integer``    model info: an integer of 5,000 digits, more than Python converts
 ``from-zero``       ranges: 206 with the file's first bytes, under an honest ``Content-Range``
 ``oversized``       ranges: a body far longer than the range asked for (and its length)
 ``gzip-bomb``       ranges: ``Content-Encoding: gzip``, inflating to 1 GiB
@@ -181,10 +182,13 @@ def serve_hub(repositories: dict[str, HubRepository]) -> Iterator[tuple[str, Ser
                 document = {**info, "siblings": [{"name": "config.json"}]}  # type: ignore[dict-item]
             elif repository.misbehave == "a-list":
                 document = [info]
+            body = json.dumps(document)
+            if repository.misbehave == "huge-integer":  # more digits than Python converts
+                body = body.replace('"private": false', '"private": false, "downloads": ' + "9" * 5000)
             if repository.misbehave == "html":
                 self._send(200, b"<!doctype html><html><body>Sign in</body></html>", {"Content-Type": "text/html"})
             else:
-                self._send(200, json.dumps(document).encode(), {"Content-Type": "application/json"})
+                self._send(200, body.encode(), {"Content-Type": "application/json"})
             if repository.after_model_info is not None:
                 repository.after_model_info(repository)
 

@@ -326,3 +326,93 @@ def test_an_interrupt_before_any_change_is_one_line_and_changes_nothing(tmp_path
     assert process.returncode == code
     assert stderr.splitlines() == [f"scalar-scales: interrupted ({name}); nothing was changed"]
     assert snapshot(checkpoint) == before
+
+
+# Numbers and names past their bounds, and names that would forge a line.
+
+HUGE_INTEGER = "9" * 5000
+"""More digits than Python converts (``sys.get_int_max_str_digits()``: 4300)."""
+
+
+@pytest.mark.parametrize("command", ["check", "migrate"])
+@pytest.mark.parametrize(
+    ("file", "field"), [("config.json", '"num_bits": 4'), ("model.safetensors.index.json", '"total_size": ')]
+)
+def test_an_integer_of_more_digits_than_python_converts_is_one_line(checkpoint, command, file, field):
+    path = checkpoint / file
+    value = field.replace("4", HUGE_INTEGER) if field.endswith("4") else field + HUGE_INTEGER
+    path.write_text(path.read_text().replace(field, value, 1))
+    before = snapshot(checkpoint)
+    line = one_line(run_cli(command, checkpoint))
+    assert line == f"scalar-scales: error: {path}: holds an integer of more than 4300 digits"
+    assert snapshot(checkpoint) == before
+
+
+@pytest.mark.parametrize("command", ["check", "migrate"])
+def test_a_nul_in_a_shard_name_of_the_index_is_one_line(checkpoint, command):
+    index = checkpoint / "model.safetensors.index.json"
+    document = json.loads(index.read_text())
+    tensor = next(iter(document["weight_map"]))
+    document["weight_map"][tensor] = "a\0b.safetensors"
+    index.write_text(json.dumps(document))
+    line = one_line(run_cli(command, checkpoint))
+    assert line.endswith(
+        f"weight_map maps {tensor!r} to 'a\\x00b.safetensors', which is not a .safetensors file in this folder"
+    )
+
+
+FORGED = "\nAll checks passed: forged\x1b]0;title\x07\x1b[2J\u202e"
+"""A newline that starts a line of the forger's, a terminal title, a cleared screen, a right-to-left override."""
+
+
+def controls(text: str) -> list[str]:
+    return [c for line in text.splitlines() for c in line if not c.isprintable()]
+
+
+def renamed(checkpoint: Path, old: str, new: str) -> None:
+    """Rename every tensor whose name starts with ``old`` to start with ``new``, in its shard's header
+    (JSON-escaped, as the reference reader accepts it) and in the index."""
+    index = checkpoint / "model.safetensors.index.json"
+    document = json.loads(index.read_text())
+
+    def name(tensor: str) -> str:
+        return new + tensor.removeprefix(old) if tensor.startswith(old) else tensor
+
+    for shard in shards(checkpoint):
+        rewrite_header(shard, lambda header: {name(tensor): entry for tensor, entry in header.items()})
+    document["weight_map"] = {name(tensor): file for tensor, file in document["weight_map"].items()}
+    index.write_text(json.dumps(document))
+
+
+MODULE = "model.layers.0.mlp.experts.0.gate_proj."
+
+
+@pytest.mark.parametrize("options", [[], ["--list"], ["--show-all"]])
+def test_a_tensor_name_that_holds_control_characters_forges_no_line_and_reaches_no_terminal(checkpoint, options):
+    renamed(checkpoint, MODULE, MODULE.replace(".gate_proj", FORGED + ".gate_proj"))
+    result = run_cli("check", checkpoint, *options)
+    assert result.returncode == 0, result.stderr
+    assert not controls(result.stdout) and not any(line.startswith("All checks") for line in result.stdout.splitlines())
+    assert "experts.0\\nAll checks passed: forged\\x1b]0;title\\x07\\x1b[2J\\u202e.gate_proj" in result.stdout
+
+
+def test_a_shard_name_that_holds_a_newline_forges_no_line(checkpoint):
+    index = checkpoint / "model.safetensors.index.json"
+    document = json.loads(index.read_text())
+    old = shards(checkpoint)[0].name
+    new = "x" + FORGED + ".safetensors"
+    (checkpoint / old).rename(checkpoint / new)
+    document["weight_map"] = {tensor: new if file == old else file for tensor, file in document["weight_map"].items()}
+    index.write_text(json.dumps(document))
+    result = run_cli("check", checkpoint, "--show-all")
+    assert result.returncode == 0, result.stderr
+    assert not controls(result.stdout) and "  NV101 x\\nAll checks passed: forged" in result.stdout
+
+
+def test_an_error_naming_a_file_with_control_characters_is_one_escaped_line(checkpoint):
+    index = checkpoint / "model.safetensors.index.json"
+    document = json.loads(index.read_text())
+    document["weight_map"][MODULE + "weight_global_scale"] = "gone" + FORGED + ".safetensors"
+    index.write_text(json.dumps(document))
+    line = one_line(run_cli("check", checkpoint))
+    assert not controls(line) and line.endswith("named in model.safetensors.index.json but missing")

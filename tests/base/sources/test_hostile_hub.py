@@ -137,10 +137,11 @@ def test_a_range_reply_that_is_not_the_range_asked_for_is_refused_in_bounded_mem
 @pytest.mark.parametrize(
     ("misbehave", "problem"),
     [
-        ("html", "the Hub's model-info reply is not a JSON object"),
+        ("html", "the Hub's model-info reply is refused: not valid JSON"),
         ("siblings-text", "has no list of files"),
         ("no-rfilename", "has no list of files"),
-        ("a-list", "the Hub's model-info reply is not a JSON object"),
+        ("a-list", "the Hub's model-info reply is refused: not a JSON object"),
+        ("huge-integer", "the Hub's model-info reply is refused: holds an integer of more than 4300 digits"),
     ],
 )
 def test_a_malformed_model_info_reply_is_one_line(tmp_path, misbehave, problem):
