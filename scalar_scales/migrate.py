@@ -55,7 +55,7 @@ from scalar_scales.files.header_edit import HeaderEdit, Layout, plan_header_edit
 from scalar_scales.nvfp4 import LEGACY_FORMAT_VERSION, MODELOPT, NVFP4_FORMAT, SCALAR_FORMAT_VERSION, Producer
 from scalar_scales.scan import CheckpointScan, scan_shards
 from scalar_scales.sources.local import Checkpoint, open_local, resolve_checkpoint
-from scalar_scales.system.fileops import copy_range, no_follow, write_at
+from scalar_scales.system.fileops import copy_range, no_follow, unkeepable, write_at
 from scalar_scales.system.lock import FolderLocked, folder_lock
 
 __all__ = ["MigrationReport", "checkpoint_lock", "migrate_checkpoint"]
@@ -230,15 +230,23 @@ def _check_writable(report: MigrationReport, materialize: bool) -> None:
                 "is a link into shared storage (e.g. a Hugging Face cache blob); editing it in place would "
                 "change every copy. Pass --materialize to replace the link with an edited copy",
             )
+        if not shard.is_symlink():
+            _require_writable_file(shard)
         if _rewritten_anew(edit, materialize):
             _require_writable_folder(shard.parent)
             anew.append(shard)
-        else:
-            _require_writable_file(shard)
     if report.marker is not None:
         _require_writable_file(report.marker.path)
         _require_writable_folder(report.marker.path.parent)
         anew.append(report.marker.path)
+    for path in anew:
+        with os_errors_named(path, "read the owner and attributes of"):
+            why = unkeepable(path)
+        if why is not None:
+            raise CheckpointError(
+                path,
+                f"migrate replaces it with a new file, which could not keep {why}: run migrate as its owner or as root",
+            )
     _require_room(report.checkpoint.folder, anew)
 
 

@@ -1,7 +1,8 @@
 """Replace a file so that a reader sees the old one or the new one, never a torn one, and write nothing else.
 
 The new content is written to a temporary file beside the target, given the
-target's mode and owner, then renamed over it. With ``durable``, the file and
+target's owner, extended attributes (its ACL among them) and mode, then
+renamed over it. With ``durable``, the file and
 its folder are fsynced too (where the OS can, docs/migrate.md), so the new
 file also survives a power loss. A failure on the way removes the temporary
 file and leaves the target as it was.
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from scalar_scales.errors import CheckpointError
-from scalar_scales.system.fileops import no_follow, sync_folder, take_mode_and_owner
+from scalar_scales.system.fileops import no_follow, sync_folder, take_metadata
 
 __all__ = ["TEMPORARY_NAME", "create_exclusive", "os_errors_named", "remove_stale", "replaced"]
 
@@ -65,7 +66,7 @@ def replaced(path: str | os.PathLike[str], *, durable: bool = True) -> Iterator[
         with os.fdopen(fd, "wb") as f:
             yield f
             if before is not None:
-                take_mode_and_owner(f.fileno(), tmp, before)
+                take_metadata(f.fileno(), tmp, before, path)
             if durable:
                 f.flush()
                 os.fsync(f.fileno())

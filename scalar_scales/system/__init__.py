@@ -6,7 +6,15 @@ everywhere, which is how the tests run on Linux what macOS and Windows run
 (docs/migrate.md says what each OS guarantees).
 """
 
-from scalar_scales.system.fileops import copy_range, no_follow, sync_folder, take_mode_and_owner, write_at
+from scalar_scales.system.fileops import (
+    copy_range,
+    extended_attributes,
+    no_follow,
+    sync_folder,
+    take_metadata,
+    unkeepable,
+    write_at,
+)
 from scalar_scales.system.lock import FolderLocked, folder_lock
 
 __all__ = [
@@ -15,6 +23,8 @@ __all__ = [
     "folder_lock",
     "no_follow",
     "sync_folder",
-    "take_mode_and_owner",
+    "extended_attributes",
+    "take_metadata",
+    "unkeepable",
     "write_at",
 ]

@@ -8,7 +8,10 @@ operation                       where the OS has it                       portab
 ==============================  ========================================  ======================================
 write bytes at an offset        ``os.pwrite`` (POSIX)                     ``os.lseek`` then ``os.write``
 copy a byte range               ``os.copy_file_range`` (Linux)            reads and writes of 1 MiB
-mode and owner of a new file    ``fchmod``; ``fchown`` as root (POSIX)    ``chmod`` by path; the owner stays
+what a new file keeps           owner (POSIX), extended attributes, ACLs  mode, by path (Windows); the
+                                among them (Linux), then mode, each       owner stays the writer's
+                                through the descriptor
+keepable by this user           owner and group ours, or root (POSIX)     always (Windows)
 make a rename durable           fsync the folder (POSIX)                  nothing: Windows cannot open a folder
 never follow a link             ``O_NOFOLLOW`` (POSIX)                    no flag: Windows has none
 ==============================  ========================================  ======================================
@@ -16,13 +19,14 @@ never follow a link             ``O_NOFOLLOW`` (POSIX)                    no fla
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import sys
 
 from scalar_scales.system.portable import portable_forced
 
-__all__ = ["copy_range", "no_follow", "sync_folder", "take_mode_and_owner", "write_at"]
+__all__ = ["copy_range", "extended_attributes", "no_follow", "sync_folder", "take_metadata", "unkeepable", "write_at"]
 
 _CHUNK = 1 << 20
 
@@ -66,22 +70,56 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def take_mode_and_owner(fd: int, path: str | os.PathLike[str], like: os.stat_result) -> None:
-    """Give the open file ``fd`` (at ``path``) the permission bits, and where the OS can the owner, of ``like``.
+def take_metadata(fd: int, path: str | os.PathLike[str], like: os.stat_result, source: str | os.PathLike[str]) -> None:
+    """Give the open file ``fd`` (at ``path``) what the file it replaces (``source``, as ``like``) has: its owner,
+    its extended attributes (POSIX ACLs are ``system.posix_acl_*`` attributes) and its permission bits.
 
-    Only root may give a file away: for anyone else the file stays the
-    writer's, as any rewrite would leave it.
+    The owner goes first: the kernel clears setuid and setgid on a change of
+    owner, so the mode, set last, keeps them. :func:`unkeepable` says
+    beforehand where a file's owner or attributes could not be kept.
     """
     mode = stat.S_IMODE(like.st_mode)
-    if hasattr(os, "fchmod") and sys.platform != "win32":
-        os.fchmod(fd, mode)
-    else:
+    if not hasattr(os, "fchmod") or sys.platform == "win32":
         os.chmod(path, mode)
-    if hasattr(os, "fchown") and (like.st_uid, like.st_gid) != (os.geteuid(), os.getegid()):
-        try:
-            os.fchown(fd, like.st_uid, like.st_gid)
-        except PermissionError:
-            pass
+        return
+    if (like.st_uid, like.st_gid) != (os.geteuid(), os.getegid()):
+        os.fchown(fd, like.st_uid, like.st_gid)
+    for name, value in extended_attributes(source).items():
+        os.setxattr(fd, name, value)
+    os.fchmod(fd, mode)
+
+
+def extended_attributes(path: str | os.PathLike[str]) -> dict[str, bytes]:
+    """Every extended attribute of the file at ``path`` (a link followed), where the OS has them (Linux)."""
+    if not hasattr(os, "listxattr"):
+        return {}
+    try:
+        names = os.listxattr(path)
+    except OSError as exc:
+        if exc.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):
+            return {}
+        raise
+    return {name: os.getxattr(path, name) for name in names}
+
+
+_USER_SETTABLE = ("user.", "system.posix_acl_access", "system.posix_acl_default")
+"""The attributes a file's owner may set on a file of their own; the rest (``security.``, ``trusted.``) need
+privileges."""
+
+
+def unkeepable(path: str | os.PathLike[str]) -> str | None:
+    """What of ``path`` a new file written in its place by this process could not keep (its owner, its group, an
+    extended attribute only the privileged may set), or None: only root gives a file away."""
+    if not hasattr(os, "geteuid") or os.geteuid() == 0:
+        return None
+    info = os.stat(path)
+    if info.st_uid != os.geteuid():
+        return f"its owner, user {info.st_uid}"
+    if info.st_gid != os.getegid() and info.st_gid not in os.getgroups():
+        return f"its group {info.st_gid}, which user {os.geteuid()} is not in"
+    if privileged := [name for name in extended_attributes(path) if not name.startswith(_USER_SETTABLE)]:
+        return f"its extended attribute {privileged[0]}"
+    return None
 
 
 def sync_folder(folder: str | os.PathLike[str]) -> None:

@@ -27,6 +27,7 @@ __all__ = [
     "run_cli",
     "shards",
     "snapshot",
+    "write_scales_natively_0_d",
 ]
 
 
@@ -62,6 +63,15 @@ def rewrite_header(path: Path, change: Callable[[dict], object]) -> None:
     encoded = json.dumps(header if new is None else new, separators=(",", ":")).encode()
     encoded += b" " * (-len(encoded) % 8)
     path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + raw[8 + length :])
+
+
+def write_scales_natively_0_d(checkpoint: Path) -> None:
+    """Rewrite every shard's header with its global scales 0-D, compact, as a writer of 0-D scales writes them:
+    (1,) then needs a longer header, so ``migrate --to legacy`` rewrites each shard to a new file."""
+    for shard in shards(checkpoint):
+        rewrite_header(
+            shard, lambda h: {n: (s | {"shape": []} if n.endswith("_global_scale") else s) for n, s in h.items()}
+        )
 
 
 def edit_header_text(path: Path, change: Callable[[str], str]) -> None:

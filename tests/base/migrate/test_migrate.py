@@ -14,6 +14,7 @@ from scalar_scales_testkit.cli import (
     run_cli,
     shards,
     snapshot,
+    write_scales_natively_0_d,
 )
 
 
@@ -72,10 +73,7 @@ def test_migrate_to_legacy_and_back_gives_back_the_same_bytes(checkpoint):
 
 def test_migrate_to_legacy_rewrites_a_header_with_no_byte_to_spare(checkpoint):
     """Natively written 0-D scales say `[]`: (1,) needs a longer header, so the shard is rewritten whole."""
-    for shard in shards(checkpoint):
-        rewrite_header(
-            shard, lambda h: {n: (s | {"shape": []} if n.endswith("_global_scale") else s) for n, s in h.items()}
-        )
+    write_scales_natively_0_d(checkpoint)
     digests = {p.name: data_digest(p) for p in shards(checkpoint)}
     result = run_cli("migrate", checkpoint, "--to", "legacy")
     assert result.returncode == 0, result.stderr
