@@ -18,16 +18,17 @@ A server is not trusted. Every read is pinned to the commit the model info
 names, so a push during a check cannot mix two commits. A range reply must
 be 206, uncompressed, and hold exactly the bytes asked for, starting where
 its Content-Range says; bodies are read with a bound, so memory stays
-bounded whatever the server sends, and each request must finish within
+bounded whatever the server sends, and each request (connecting, its
+redirects, headers and body together) must finish within
 :data:`DEADLINE_FACTOR` times its timeout. Anything else (a malformed model
 info, a short or long body, a hang) is one line naming the address, exit 2.
 """
 
 from __future__ import annotations
 
+import queue
 import re
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -83,7 +84,7 @@ class RemoteCheckpoint:
 
 
 class _Client:
-    """GET requests through huggingface_hub's session, with a timeout, a deadline and a bound on the body."""
+    """GET requests through huggingface_hub's session, each with a timeout, a deadline and a bound on its body."""
 
     def __init__(self, timeout: float) -> None:
         from huggingface_hub.utils import build_hf_headers, get_session
@@ -91,36 +92,69 @@ class _Client:
         self._session = get_session()
         self._headers = build_hf_headers()
         self.timeout = timeout
+        self.deadline = DEADLINE_FACTOR * timeout
 
-    @contextmanager
-    def get(self, url: str, where: str, headers: dict[str, str]) -> Iterator[Any]:
-        """The reply to a GET, open, with huggingface_hub's errors and the network's as one line naming
-        ``where``. A 416 (a range past the end of the file) is left to the caller."""
+    def fetch(
+        self, url: str, where: str, headers: dict[str, str], limit: Callable[[Any], int], *, decoded: bool
+    ) -> bytes:
+        """The body of the reply to a GET, whole within :attr:`deadline` (connecting, redirects, headers and
+        body together), or a one-line :class:`CheckpointError` naming ``where``.
+
+        ``limit(response)`` checks the reply's status and headers and says how
+        many bytes its body may hold (more is refused); ``decoded``: the body as
+        the server's Content-Encoding inflates it, else the bytes as sent. A
+        416 (a range past the end of the file) is left to ``limit``.
+
+        The request runs in a thread of its own, and this one waits for it
+        until the deadline: an httpx timeout bounds each wait for the socket,
+        not the request, so a server that trickles a byte at a time would
+        hold the request for as long as it likes. A request past the
+        deadline is left to end in its (daemon) thread, whose socket's own
+        timeout still ends it, or the process's exit; what it reads is
+        bounded by ``limit``.
+        """
+        outcome: queue.SimpleQueue[bytes | BaseException] = queue.SimpleQueue()
+
+        def request() -> None:
+            try:
+                outcome.put(self._request(url, where, headers, limit, decoded))
+            except BaseException as error:  # handed to the waiting thread, which raises it
+                outcome.put(error)
+
+        threading.Thread(target=request, name="scalar-scales-hub-request", daemon=True).start()
+        try:
+            found = outcome.get(timeout=self.deadline)
+        except queue.Empty:
+            raise CheckpointError(where, f"the server took over {self.deadline:g} s to reply") from None
+        if isinstance(found, BaseException):
+            raise found
+        return found
+
+    def _request(
+        self, url: str, where: str, headers: dict[str, str], limit: Callable[[Any], int], decoded: bool
+    ) -> bytes:
         with (
             _hub_errors(where),
             self._session.stream("GET", url, headers={**self._headers, **headers}, timeout=self.timeout) as response,
         ):
             if response.status_code >= 400 and response.status_code != 416:
-                self.read(response, where, 1 << 20, decoded=True)
+                _read(response, where, 1 << 20, decoded=True)
                 from huggingface_hub.utils import hf_raise_for_status
 
                 hf_raise_for_status(response)
-            yield response
+            return _read(response, where, limit(response), decoded=decoded)
 
-    def read(self, response: Any, where: str, limit: int, *, decoded: bool) -> bytes:
-        """The body, at most ``limit`` bytes (more is refused), within the deadline; ``decoded``: as the server's
-        Content-Encoding inflates it, else the bytes as sent."""
-        chunks, size = [], 0
-        deadline = time.monotonic() + DEADLINE_FACTOR * self.timeout
-        stream = response.iter_bytes(_CHUNK) if decoded else response.iter_raw(_CHUNK)
-        for chunk in stream:
-            size += len(chunk)
-            if size > limit:
-                raise CheckpointError(where, f"the server sent more than the {limit} bytes asked for")
-            chunks.append(chunk)
-            if time.monotonic() > deadline:
-                raise CheckpointError(where, f"the server took over {DEADLINE_FACTOR * self.timeout:g} s to reply")
-        return b"".join(chunks)
+
+def _read(response: Any, where: str, limit: int, *, decoded: bool) -> bytes:
+    """The body, at most ``limit`` bytes (more is refused)."""
+    chunks, size = [], 0
+    stream = response.iter_bytes(_CHUNK) if decoded else response.iter_raw(_CHUNK)
+    for chunk in stream:
+        size += len(chunk)
+        if size > limit:
+            raise CheckpointError(where, f"the server sent more than the {limit} bytes asked for")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 class HubShards:
@@ -180,8 +214,7 @@ class HubShards:
 
     def read_json(self, name: str) -> dict[str, Any]:
         where = self.label(name)
-        with self._client.get(self._url(name), where, {}) as response:
-            body = self._client.read(response, where, MAX_JSON_BYTES, decoded=True)
+        body = self._client.fetch(self._url(name), where, {}, lambda response: MAX_JSON_BYTES, decoded=True)
         self._count(len(body))
         with self._lock:
             self.file_sizes[name] = len(body)
@@ -195,7 +228,9 @@ class HubShards:
         """
         where = self.label(name)
         headers = {"Range": f"bytes={first}-{last}", "Accept-Encoding": "identity"}
-        with self._client.get(self._url(name), where, headers) as response:
+        span: list[int] = []
+
+        def limit(response: Any) -> int:
             if response.status_code == 416:
                 raise CheckpointError(where, "truncated: the file is empty")
             if response.status_code != 206:
@@ -205,15 +240,19 @@ class HubShards:
             encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
             if encoding not in ("", "identity"):
                 raise CheckpointError(where, f"the server sent a range {encoding}-encoded, where none was asked for")
-            span = _content_range(response.headers.get("Content-Range", ""))
-            if span is None:
+            found = _content_range(response.headers.get("Content-Range", ""))
+            if found is None:
                 raise CheckpointError(where, "the server's reply has no Content-Range with the file's size")
-            start, end, size = span
+            start, end, size = found
             if start != first or end != min(last, size - 1):
                 raise CheckpointError(
                     where, f"the server sent bytes {start}-{end} of {size} where {first}-{last} were asked for"
                 )
-            body = self._client.read(response, where, end - start + 1, decoded=False)
+            span.extend(found)
+            return end - start + 1
+
+        body = self._client.fetch(self._url(name), where, headers, limit, decoded=False)
+        start, end, size = span
         self._count(len(body))
         if len(body) != end - start + 1:
             raise CheckpointError(where, f"the server sent {len(body)} bytes of the {end - start + 1} it announced")
@@ -279,8 +318,7 @@ def _model_info(repo_id: str, revision: str | None, address: str) -> tuple[str, 
     if revision is not None:
         url += f"/revision/{quote(revision, safe='')}"
     client = _Client(constants.HF_HUB_ETAG_TIMEOUT)
-    with client.get(url, address, {}) as response:
-        body = client.read(response, address, MAX_JSON_BYTES, decoded=True)
+    body = client.fetch(url, address, {}, lambda response: MAX_JSON_BYTES, decoded=True)
     try:
         info = json_object(body, address)
     except CheckpointError as error:

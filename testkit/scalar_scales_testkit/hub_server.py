@@ -31,6 +31,9 @@ seen, or could be made, to answer:
 ``oversized``       ranges: a body far longer than the range asked for (and its length)
 ``gzip-bomb``       ranges: ``Content-Encoding: gzip``, inflating to 1 GiB
 ``short``           ranges: fewer bytes than the ``Content-Range`` announces (and a matching length)
+``trickle-body``    ranges: honest headers, then the body one byte every 0.3 s
+``trickle-headers`` ranges: the status line and headers one byte every 0.5 s
+``slow-redirects``  shards: 20 redirects, each answered after 0.8 s, before the file
 ==================  =================================================================================
 
 It listens on 127.0.0.1 in a thread of the test process and counts every
@@ -54,7 +57,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import unquote
+from urllib.parse import parse_qs, unquote, urlsplit
 
 __all__ = ["MISBEHAVIOURS", "HubRepository", "ServedBytes", "client_environment", "commit_of", "serve_hub"]
 
@@ -65,10 +68,14 @@ MISBEHAVIOURS = (
     "siblings-text",
     "no-rfilename",
     "a-list",
+    "huge-integer",
     "from-zero",
     "oversized",
     "gzip-bomb",
     "short",
+    "trickle-body",
+    "trickle-headers",
+    "slow-redirects",
 )
 
 
@@ -103,6 +110,7 @@ class ServedBytes:
 _RESOLVE = re.compile(r"/(?P<repo>[^/]+/[^/]+)/resolve/(?P<revision>[^/]+)/(?P<file>.+)")
 _STORAGE = re.compile(r"/storage/(?P<repo>[^/]+/[^/]+)/(?P<revision>[^/]+)/(?P<file>.+)")
 _MODEL_INFO = re.compile(r"/api/models/(?P<repo>[^/]+/[^/]+?)(?:/revision/(?P<revision>[^/]+))?")
+_SLOW_HOPS = 20
 _FILE_CHUNK = 1 << 16
 """What a whole-file reply writes at a time."""
 _BOMB = gzip.compress(bytes(1 << 30), compresslevel=9)
@@ -201,6 +209,15 @@ def serve_hub(repositories: dict[str, HubRepository]) -> Iterator[tuple[str, Ser
             if not file.is_file():
                 self._error(404, "EntryNotFound", f"{name} does not exist on {revision}")
                 return
+            hops = int(parse_qs(urlsplit(self.path).query).get("hop", ["0"])[0])
+            if repository.misbehave == "slow-redirects" and name.endswith(".safetensors") and hops < _SLOW_HOPS:
+                if released.wait(0.8):
+                    return
+                self.send_response(302)
+                self.send_header("Location", f"{urlsplit(self.path).path}?hop={hops + 1}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             if redirect and name.endswith(".safetensors"):
                 self.send_response(302)
                 self.send_header("Location", f"/storage/{repo}/{commit_of(folder)}/{name}")
@@ -237,7 +254,29 @@ def serve_hub(repositories: dict[str, HubRepository]) -> Iterator[tuple[str, Ser
             elif misbehave == "gzip-bomb":
                 self._send(206, _BOMB, {"Content-Range": content_range, "Content-Encoding": "gzip"}, count=True)
                 return
+            elif misbehave in ("trickle-body", "trickle-headers"):
+                self._trickle(misbehave, body, content_range)
+                return
             self._send(206, body, {"Content-Range": content_range}, count=True)
+
+        def _trickle(self, misbehave: str, body: bytes, content_range: str) -> None:
+            """The reply one byte at a time, its headers or its body, until it is sent, the client hangs up or the
+            server stops."""
+            head = (
+                f"HTTP/1.1 206 Partial Content\r\nContent-Length: {len(body)}\r\nContent-Range: {content_range}\r\n\r\n"
+            ).encode()
+            slow, fast, pause = (head, body, 0.5) if misbehave == "trickle-headers" else (body, b"", 0.3)
+            try:
+                if misbehave == "trickle-body":
+                    self.wfile.write(head)
+                for byte in slow:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    if released.wait(pause):
+                        return
+                self.wfile.write(fast)
+            except OSError:  # the client hung up
+                return
 
         def _send_file(self, file: Path, size: int) -> None:
             """The whole file, 200, in chunks, each counted once the socket has taken it: a client that hangs up

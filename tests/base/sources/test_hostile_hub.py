@@ -187,3 +187,15 @@ def test_no_byte_is_fetched_twice(tmp_path):
     assert result.returncode == 0, result.stderr
     assert served.file_bytes == sum(p.stat().st_size for p in checkpoint.iterdir())
     assert json.loads(result.stdout)["summary"]["bytes_fetched"] == served.file_bytes
+
+
+# A real deadline on every request: connecting, redirects, headers and body together.
+
+
+@pytest.mark.parametrize("misbehave", ["trickle-body", "trickle-headers", "slow-redirects"])
+def test_a_server_that_trickles_its_reply_ends_the_request_at_its_deadline(tmp_path, misbehave):
+    """With a 1 s timeout, every request ends within 6 s (docs/check.md), however slowly the server sends: a
+    byte of the body every 0.3 s, a byte of the headers every 0.5 s, or 20 redirects each after 0.8 s."""
+    repository = HubRepository({"main": clean_checkpoint(tmp_path / "ckpt")}, misbehave=misbehave)
+    line = one_line(hub_check(tmp_path, repository, HF_HUB_DOWNLOAD_TIMEOUT="1")[0])
+    assert line.startswith("scalar-scales: error: hf://org/model/") and "took over 6 s to reply" in line
