@@ -3,7 +3,7 @@
 This is the base package: the ``scalar-scales`` command line and the patch
 mechanism both patch packages share (docs/architecture.md lists its layers:
 ``errors``, ``environment``, ``nvfp4``, ``patching``, ``system``, ``files``,
-``sources``, ``scan``, ``consumers``, ``doctor``, ``migrate``, ``cli``). None of it imports
+``sources``, ``scan``, ``consumers``, ``doctor``, ``migrate``, ``cli``, ``start``). None of it imports
 torch, and the base install has no dependencies (``check hf://`` needs the
 ``hub`` extra). It imports nothing from ``compressed_tensors_patch`` or
 ``vllm_patch``: they build on it, never the reverse.

@@ -1,5 +1,3 @@
-import sys
+from scalar_scales.start import run
 
-from scalar_scales.cli import main
-
-sys.exit(main())
+run()

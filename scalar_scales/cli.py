@@ -48,7 +48,7 @@ from scalar_scales.sources import HubShards, is_hub_address, open_checkpoint
 if TYPE_CHECKING:
     from scalar_scales.migrate import MigrationReport
 
-__all__ = ["main"]
+__all__ = ["finish_whatever_comes", "main"]
 
 DESCRIPTION = (
     "Find what will break when a server loads an NVFP4 checkpoint, and fix per-tensor global scales of the "
@@ -153,11 +153,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     if argv is None:
         gc.disable()
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # from scalar_scales.start's, now that it can run
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):  # a text stream (not one a caller put there)
             stream.reconfigure(errors="backslashreplace")
     parser = _build_parser()
     args = parser.parse_args(argv)
+    args.own_process = argv is None
     if args.command is None:
         parser.print_help()
         return REFUSED
@@ -207,7 +209,19 @@ def _sigterm_raises() -> Iterator[None]:
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if signal.getsignal(signal.SIGTERM) is raise_interrupted:  # not ignored since: see finish_whatever_comes
+            signal.signal(signal.SIGTERM, previous)
+
+
+def finish_whatever_comes() -> None:
+    """From here the command finishes, and its exit code and last line say how it ended: SIGINT and SIGTERM are
+    caught and do nothing. Only a command in its own process does this (a caller's handlers are the caller's)."""
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, _ignored)
+
+
+def _ignored(number: int, frame: object) -> None:
+    """A handler that does nothing: unlike SIG_IGN, a signal already received and not yet handled lands here."""
 
 
 def _emit(text: str) -> None:
@@ -273,7 +287,10 @@ def _migrate(args: argparse.Namespace) -> int:
         materialize=args.materialize,
         progress=_progress_bar if show_progress else None,
         announce=None if args.json else _announce,
+        finishing=finish_whatever_comes if args.own_process else None,
     )
+    if args.own_process:
+        finish_whatever_comes()
     try:  # the migration is done: what is left cannot change that, or its exit code
         if show_progress and report.edits:
             print(file=sys.stderr)

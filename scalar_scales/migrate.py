@@ -145,9 +145,13 @@ def migrate_checkpoint(
     materialize: bool = False,
     progress: Progress | None = None,
     announce: Callable[[MigrationReport], None] | None = None,
+    finishing: Callable[[], None] | None = None,
 ) -> MigrationReport:
     """Put every per-tensor scale in scope into layout ``to`` and declare it in ``config.json``. ``announce`` is
-    given the plan once it is decided and checked, before anything is written (with ``dry_run``, instead)."""
+    given the plan once it is decided and checked, before anything is written (with ``dry_run``, instead);
+    ``finishing`` is called once every shard is edited and read back, just before config.json's marker, the last
+    write, which takes an instant: a caller that stops taking interrupts there always finishes, so an
+    interrupt never lands between the marker's write and the report of it."""
     checkpoint = resolve_checkpoint(path)
     with checkpoint_lock(checkpoint):
         scan = scan_shards(open_local(checkpoint), include=include, read_values=False)
@@ -159,7 +163,7 @@ def migrate_checkpoint(
         if announce is not None:
             announce(report)
         if not dry_run:
-            _write(report, materialize, progress)
+            _write(report, materialize, progress, finishing)
         return report
 
 
@@ -282,7 +286,9 @@ def _require_room(folder: Path, anew: list[Path]) -> None:
         )
 
 
-def _write(report: MigrationReport, materialize: bool, progress: Progress | None) -> None:
+def _write(
+    report: MigrationReport, materialize: bool, progress: Progress | None, finishing: Callable[[], None] | None
+) -> None:
     """Steps 3 to 6 of the module's docstring; from the first change on, any failure says what changed."""
     changed: list[HeaderEdit] = []
     try:
@@ -290,6 +296,8 @@ def _write(report: MigrationReport, materialize: bool, progress: Progress | None
             remove_stale(report.checkpoint.folder)
         _apply_edits(report, materialize, progress, changed)
         _verify(report)
+        if finishing is not None:
+            finishing()
         if report.marker is not None:
             write_planned(report.marker)
     except BaseException as error:

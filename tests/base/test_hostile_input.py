@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import shutil
 import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -20,7 +23,14 @@ import pytest
 
 from scalar_scales.files import TEMPORARY_NAME
 from scalar_scales_testkit.broken import clean_checkpoint, rewrite_shard
-from scalar_scales_testkit.cli import make_checkpoint, rewrite_header, run_cli, shards, snapshot
+from scalar_scales_testkit.cli import (
+    make_checkpoint,
+    rewrite_header,
+    run_cli,
+    shards,
+    snapshot,
+    write_scales_natively_0_d,
+)
 from scalar_scales_testkit.synthetic import write_synthetic_checkpoint
 
 
@@ -416,3 +426,106 @@ def test_an_error_naming_a_file_with_control_characters_is_one_escaped_line(chec
     index.write_text(json.dumps(document))
     line = one_line(run_cli("check", checkpoint))
     assert not controls(line) and line.endswith("named in model.safetensors.index.json but missing")
+
+
+# Exit codes tell the truth at any instant: real signals at random moments, many times.
+
+SUCCESS = ("changed ", "nothing to change")
+
+
+def interrupted_at_random(checkpoint: Path, name: str, runs: int, seed: int) -> list[tuple[int, str, str, bool]]:
+    """``migrate`` on copies of ``checkpoint``, each sent signal ``name`` after a random delay up to one and a half
+    times a whole run: (return code, stdout, stderr, whether any file changed) for each run.
+
+    The delay starts once the command has taken over its signals (scalar_scales.start): before that the
+    interpreter itself is starting, and a signal ends it as the interpreter ends (killed by it, or its own
+    fatal error while importing ``site``), before any line of the command has run."""
+    started = time.monotonic()
+    assert run_cli("migrate", "--dry-run", checkpoint).returncode == 0
+    longest = 1.5 * (time.monotonic() - started)
+    randomness = random.Random(seed)
+    seen = []
+    for run in range(runs):
+        copy = checkpoint.with_name(f"run-{run}")
+        shutil.copytree(checkpoint, copy)
+        before = snapshot(copy)
+        process = migrate_process(copy)
+        wait_for_signal_handling(process)
+        time.sleep(randomness.uniform(0, longest))
+        process.send_signal(getattr(signal, name))
+        stdout, stderr = process.communicate(timeout=120)
+        seen.append((process.returncode, stdout, stderr, snapshot(copy) != before))
+        shutil.rmtree(copy)
+    return seen
+
+
+def assert_each_exit_tells_the_truth(seen: list[tuple[int, str, str, bool]], code: int) -> None:
+    for returncode, stdout, stderr, changed in seen:
+        assert "Traceback" not in stderr, stderr
+        if returncode == 0:
+            assert changed and stdout.splitlines()[-1].split(": ", 1)[1].startswith(SUCCESS), (stdout, stderr)
+        elif returncode == code:
+            assert not changed and stderr.endswith("nothing was changed\n"), (stdout, stderr)
+            assert not any(line.split(": ", 1)[-1].startswith(SUCCESS) for line in stdout.splitlines()), stdout
+        elif returncode == 3:
+            assert changed and "stopped after changing" in stderr, stderr
+        else:
+            raise AssertionError((returncode, stdout, stderr))
+
+
+@pytest.mark.parametrize(("name", "code"), [("SIGINT", 130), ("SIGTERM", 143)])
+def test_an_interrupt_at_any_moment_of_a_migration_that_only_sets_the_marker_tells_the_truth(tmp_path, name, code):
+    checkpoint = clean_checkpoint(tmp_path / "clean")
+    config = checkpoint / "config.json"
+    document = json.loads(config.read_text())
+    del document["quantization_config"]["format_version"]
+    config.write_text(json.dumps(document, indent=2))
+    assert_each_exit_tells_the_truth(interrupted_at_random(checkpoint, name, runs=40, seed=1), code)
+
+
+@pytest.mark.parametrize(("name", "code"), [("SIGINT", 130), ("SIGTERM", 143)])
+def test_an_interrupt_at_any_moment_of_a_migration_of_every_shard_tells_the_truth(tmp_path, name, code):
+    checkpoint = write_synthetic_checkpoint(tmp_path / "ckpt", data_bytes=3_000_000)
+    assert_each_exit_tells_the_truth(interrupted_at_random(checkpoint, name, runs=40, seed=2), code)
+
+
+# One identity per file for the whole run.
+
+
+def test_a_shard_swapped_by_rename_while_check_reads_gives_a_true_report_or_one_line(tmp_path):
+    """Another process swaps a shard, by rename, between two valid versions with the same values, one with 0-D
+    scales and one with (1,) (as ``migrate --to legacy`` replaces shards): each run reads each shard's header and
+    values through one descriptor, so it reports every value right, or refuses the shard in one line."""
+    checkpoint = make_checkpoint(tmp_path / "ckpt")
+    shard = shards(checkpoint)[0]
+    legacy = shard.read_bytes()
+    write_scales_natively_0_d(checkpoint)
+    versions = [legacy, shard.read_bytes()]
+    expected = {
+        s["name"]: s["value"] for s in json.loads(run_cli("check", "--json", "--list", checkpoint).stdout)["scales"]
+    }
+    stop = threading.Event()
+
+    def swap() -> None:
+        turn = 0
+        while not stop.is_set():
+            staged = shard.with_name(f".staged-{turn % 2}")
+            staged.write_bytes(versions[turn % 2])
+            os.replace(staged, shard)
+            turn += 1
+
+    swapper = threading.Thread(target=swap)
+    swapper.start()
+    try:
+        results = [run_cli("check", "--json", "--list", checkpoint) for _ in range(15)]
+    finally:
+        stop.set()
+        swapper.join()
+    for result in results:
+        assert "Traceback" not in result.stderr, result.stderr
+        if result.returncode == 2:
+            assert result.stderr.strip().endswith("changed while it was read"), result.stderr
+            continue
+        document = json.loads(result.stdout)
+        assert {s["name"]: s["value"] for s in document["scales"]} == expected
+        assert {f["code"] for f in document["findings"]} <= {"NV101", "NV103"}  # (1,) in shard 0, or 0-D everywhere

@@ -26,7 +26,7 @@ BASE_LAYERS = (
     ("scalar_scales.scan",),
     ("scalar_scales.consumers",),
     ("scalar_scales.doctor", "scalar_scales.migrate"),
-    ("scalar_scales.cli", "scalar_scales.__main__"),
+    ("scalar_scales.cli", "scalar_scales.__main__", "scalar_scales.start"),
 )
 """The base package's layers, bottom first: a module imports from its own layer or those below, never above."""
 
