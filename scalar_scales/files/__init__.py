@@ -23,7 +23,7 @@ from scalar_scales.files.header import (
     read_header,
 )
 from scalar_scales.files.header_edit import HeaderEdit, Layout, plan_header_edit
-from scalar_scales.files.json_document import json_object, read_json_object
+from scalar_scales.files.json_document import MAX_JSON_BYTES, json_object, read_json_object
 from scalar_scales.files.scalars import decode_scalar, read_scalars
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "FileIdentity",
     "TEMPORARY_NAME",
     "MAX_HEADER_BYTES",
+    "MAX_JSON_BYTES",
     "HeaderEdit",
     "Layout",
     "MarkerEdit",

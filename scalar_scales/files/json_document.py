@@ -20,15 +20,25 @@ from typing import Any
 
 from scalar_scales.errors import CheckpointError
 
-__all__ = ["json_object", "read_json_object"]
+__all__ = ["MAX_JSON_BYTES", "json_object", "read_json_object"]
+
+MAX_JSON_BYTES = 256 << 20
+"""The most a checkpoint's JSON file (config, index; a Hub's model info) may hold: a V4-Flash index is 13 MB."""
 
 
 def read_json_object(path: Path, unique: str | None = None) -> dict[str, Any]:
-    """The JSON object in the file at ``path`` (:func:`json_object` says what ``unique`` is)."""
+    """The JSON object in the file at ``path`` (:func:`json_object` says what ``unique`` is), read with a bound:
+    a file of more than :data:`MAX_JSON_BYTES` is refused unread."""
+    too_large = f"holds more than the {MAX_JSON_BYTES} bytes a config or an index may hold"
     try:
-        raw = path.read_bytes()
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size > MAX_JSON_BYTES:
+                raise CheckpointError(path, too_large)
+            raw = f.read(MAX_JSON_BYTES + 1)  # a file that grows meanwhile, or one whose size says nothing
     except OSError as exc:
         raise CheckpointError(path, f"cannot read: {exc.strerror or exc}") from None
+    if len(raw) > MAX_JSON_BYTES:
+        raise CheckpointError(path, too_large)
     return json_object(raw, path, unique)
 
 

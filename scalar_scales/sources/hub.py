@@ -37,7 +37,7 @@ from urllib.parse import quote
 
 from scalar_scales.errors import CheckpointError
 from scalar_scales.files.header import header_length_of, parse_header
-from scalar_scales.files.json_document import json_object
+from scalar_scales.files.json_document import MAX_JSON_BYTES, json_object
 from scalar_scales.files.scalars import read_scalars
 from scalar_scales.sources.checkpoint import (
     CONFIG_NAME,
@@ -58,8 +58,6 @@ FIRST_READ = 64 * 1024
 """Bytes asked for first from each shard: the length and, for most shards, the whole header, in one request."""
 RANGE_GAP = 4096
 """Scale byte ranges closer than this are fetched as one request."""
-MAX_JSON_BYTES = 256 << 20
-"""The most a JSON reply (model info, config, index) may hold once decoded; a V4-Flash index is 13 MB."""
 DEADLINE_FACTOR = 6
 """A request must end within this many times its timeout, however slowly the server trickles its bytes."""
 _CHUNK = 1 << 16

@@ -529,3 +529,14 @@ def test_a_shard_swapped_by_rename_while_check_reads_gives_a_true_report_or_one_
         document = json.loads(result.stdout)
         assert {s["name"]: s["value"] for s in document["scales"]} == expected
         assert {f["code"] for f in document["findings"]} <= {"NV101", "NV103"}  # (1,) in shard 0, or 0-D everywhere
+
+
+@pytest.mark.parametrize("command", ["check", "migrate"])
+@pytest.mark.parametrize("file", ["config.json", "model.safetensors.index.json"])
+def test_a_json_file_past_its_bound_is_refused_unread_in_one_line(checkpoint, command, file):
+    """A config or an index of more than 256 MiB (a sparse file: its size, not its bytes, is what counts)."""
+    path = checkpoint / file
+    with open(path, "r+b") as f:
+        f.truncate((256 << 20) + 1)
+    line = one_line(run_cli(command, checkpoint))
+    assert line == f"scalar-scales: error: {path}: holds more than the {256 << 20} bytes a config or an index may hold"
