@@ -40,6 +40,22 @@ GROUP_READS_UNDER_A_WRITABLE_MASK = acl(
 """The owner rw-, user 1234 rw-, the owning group r--, the mask rw-, others r--."""
 
 
+@pytest.fixture
+def attributed(checkpoint: Path) -> Path:
+    """The checkpoint, where its file system keeps user attributes and ACLs (tmpfs before Linux 6.6 has no user
+    attributes): the tests that give files some skip elsewhere."""
+    probe = checkpoint / "probe"
+    probe.touch()
+    try:
+        os.setxattr(probe, "user.probe", b"1")
+        os.setxattr(probe, "system.posix_acl_access", GROUP_READS_UNDER_A_WRITABLE_MASK)
+    except OSError as exc:
+        pytest.skip(f"this file system keeps no extended attributes or ACLs ({exc.strerror})")
+    finally:
+        probe.unlink()
+    return checkpoint
+
+
 def kept(path: Path) -> tuple[int, int, int, dict[str, bytes]]:
     info = os.stat(path)
     return info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode), {n: os.getxattr(path, n) for n in os.listxattr(path)}
@@ -55,7 +71,8 @@ def test_root_keeps_setuid_and_setgid_of_another_users_config_json(checkpoint):
 
 
 @linux_only
-def test_config_json_keeps_its_acl_and_extended_attributes(checkpoint):
+def test_config_json_keeps_its_acl_and_extended_attributes(attributed):
+    checkpoint = attributed
     config = checkpoint / "config.json"
     os.setxattr(config, "user.origin", b"hub")
     os.setxattr(config, "system.posix_acl_access", GROUP_READS_UNDER_A_WRITABLE_MASK)
@@ -65,7 +82,8 @@ def test_config_json_keeps_its_acl_and_extended_attributes(checkpoint):
 
 
 @linux_only
-def test_a_shard_rewritten_to_a_new_file_keeps_its_owner_acl_and_attributes(checkpoint):
+def test_a_shard_rewritten_to_a_new_file_keeps_its_owner_acl_and_attributes(attributed):
+    checkpoint = attributed
     write_scales_natively_0_d(checkpoint)
     shard = shards(checkpoint)[0]
     os.setxattr(shard, "user.origin", b"hub")
