@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from dataclasses import dataclass
 
 from scalar_scales.files import Layout
@@ -51,9 +50,3 @@ class Observation:
 
     def outcome(self, layout: Layout) -> Outcome:
         return self.scalar if layout == "scalar" else self.legacy
-
-    def concerns(self, architectures: Collection[str], modules: Collection[str]) -> bool:
-        """Whether the observation holds for a checkpoint of these model classes whose global scales belong to these
-        modules (the last part of each module's name)."""
-        of_class = self.architecture is None or self.architecture in architectures
-        return of_class and all(module in modules for module in self.fused)

@@ -3,7 +3,6 @@ of the engines that cannot load it, and what ``migrate`` names before it writes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import NamedTuple
 
 from scalar_scales.consumers.observation import NO_FIX, Observation, Outcome
@@ -51,16 +50,17 @@ def scales_layout(scan: CheckpointScan) -> Layout | None:
     return "legacy" if scan.legacy_count else "scalar"
 
 
-def observations_of(scan: CheckpointScan, observed: Iterable[Observation] = OBSERVED) -> list[Observation]:
-    """The observations that hold for a compressed-tensors checkpoint of this model class and these quantized
-    modules; none for another producer's, which the round trip did not serve."""
+def observations_of(scan: CheckpointScan) -> list[Observation]:
+    """The observations that hold for a compressed-tensors checkpoint: those of any model class or of one its
+    config names, about modules all of which have global scales in it (the last part of each module's name);
+    none for another producer's checkpoint, which the round trip did not serve."""
     declared = scan.declared
     if declared is None or declared.producer != COMPRESSED_TENSORS or scan.layout is None:
         return []
     architectures = _architectures(scan)
-    of_class = [o for o in observed if o.architecture is None or o.architecture in architectures]
+    of_class = [o for o in OBSERVED if o.architecture is None or o.architecture in architectures]
     modules = _scaled_modules(scan) if any(o.fused for o in of_class) else set()
-    return [o for o in of_class if o.concerns(architectures, modules)]
+    return [o for o in of_class if modules.issuperset(o.fused)]
 
 
 def refusals(scan: CheckpointScan) -> list[Refusal]:
@@ -70,7 +70,7 @@ def refusals(scan: CheckpointScan) -> list[Refusal]:
         return []
     observations = observations_of(scan)
     return [
-        Refusal(o.consumer, o.legacy.note if layout == "legacy" else o.scalar.note, _loaded_by(observations, o, layout))
+        Refusal(o.consumer, o.outcome(layout).note, _loaded_by(observations, o, layout))
         for o in observations
         if o.family in ENGINES and o.fix == NO_FIX and not o.outcome(layout).loads
     ]
