@@ -109,7 +109,8 @@ privileges."""
 
 def unkeepable(path: str | os.PathLike[str]) -> str | None:
     """What of ``path`` a new file written in its place by this process could not keep (its owner, its group, an
-    extended attribute only the privileged may set), or None: only root gives a file away."""
+    extended attribute only the privileged may set), or None: only root gives a file away. A ``trusted.*``
+    attribute is listed to root only, so no one else can know of it."""
     if not hasattr(os, "geteuid") or os.geteuid() == 0:
         return None
     info = os.stat(path)

@@ -540,3 +540,11 @@ def test_a_json_file_past_its_bound_is_refused_unread_in_one_line(checkpoint, co
         f.truncate((256 << 20) + 1)
     line = one_line(run_cli(command, checkpoint))
     assert line == f"scalar-scales: error: {path}: holds more than the {256 << 20} bytes a config or an index may hold"
+
+
+def test_json_output_escapes_control_characters_as_json_does_and_keeps_the_name(checkpoint):
+    renamed(checkpoint, MODULE, MODULE.replace(".gate_proj", FORGED + ".gate_proj"))
+    result = run_cli("check", "--json", "--list", checkpoint)
+    assert result.returncode == 0 and not controls(result.stdout)
+    forged = MODULE.replace(".gate_proj", FORGED + ".gate_proj") + "weight_global_scale"
+    assert forged in {scale["name"] for scale in json.loads(result.stdout)["scales"]}

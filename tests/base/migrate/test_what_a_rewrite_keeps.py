@@ -131,17 +131,19 @@ sys.exit(main(sys.argv[1:]))
 and the package are installed."""
 
 
-@root_only
-def test_a_user_who_could_not_keep_config_json_s_owner_is_refused_before_any_write(shared_folder):
-    checkpoint = make_checkpoint(shared_folder / "ckpt")
+def shared_checkpoint(folder: Path, owner: int, group: int) -> Path:
+    """A 0-D checkpoint anyone may write (its folder, its shards, config.json), its files owned as given."""
+    checkpoint = make_checkpoint(folder / "ckpt")
     write_scales_natively_0_d(checkpoint)
     checkpoint.chmod(0o777)
-    (checkpoint / "config.json").chmod(0o666)
     for path in checkpoint.iterdir():
-        os.chown(path, OTHER, OTHER)
-    for shard in shards(checkpoint):
-        shard.chmod(0o666)
-    config = json.loads((checkpoint / "config.json").read_text())
+        path.chmod(0o666)
+        os.chown(path, owner, group)
+    return checkpoint
+
+
+def migrate_as_nobody(checkpoint: Path) -> str:
+    """``migrate --to legacy`` as user nobody, which must refuse with nothing changed: its one line."""
     before = snapshot(checkpoint)
     result = subprocess.run(
         [sys.executable, "-c", AS_NOBODY, "migrate", "--to", "legacy", str(checkpoint)],
@@ -150,7 +152,49 @@ def test_a_user_who_could_not_keep_config_json_s_owner_is_refused_before_any_wri
         timeout=300,
     )
     assert result.returncode == 2, result.stderr
+    assert snapshot(checkpoint) == before
     (line,) = result.stderr.splitlines()
+    return line
+
+
+@root_only
+def test_a_user_who_could_not_keep_a_rewritten_shard_s_owner_is_refused_before_any_write(shared_folder):
+    checkpoint = shared_checkpoint(shared_folder, OTHER, OTHER)
+    line = migrate_as_nobody(checkpoint)
+    assert line.startswith(f"scalar-scales: error: {shards(checkpoint)[0]}: migrate replaces it with a new file")
     assert "which could not keep its owner, user 1234: run migrate as its owner or as root" in line
-    assert snapshot(checkpoint) == before and json.loads((checkpoint / "config.json").read_text()) == config
     assert {path.stat().st_uid for path in checkpoint.iterdir()} == {OTHER}
+
+
+@root_only
+def test_a_user_who_could_not_keep_a_group_they_are_not_in_is_refused_before_any_write(shared_folder):
+    checkpoint = shared_checkpoint(shared_folder, NOBODY, OTHER)
+    line = migrate_as_nobody(checkpoint)
+    assert "which could not keep its group 1234, which user 65534 is not in: run migrate as its owner" in line
+    assert {path.stat().st_gid for path in checkpoint.iterdir()} == {OTHER}
+
+
+@root_only
+@linux_only
+def test_a_user_who_could_not_keep_a_privileged_attribute_is_refused_before_any_write(shared_folder):
+    checkpoint = shared_checkpoint(shared_folder, NOBODY, NOBODY)
+    try:
+        os.setxattr(shards(checkpoint)[0], "security.origin", b"hub")
+    except OSError as exc:
+        pytest.skip(f"this file system keeps no security attributes ({exc.strerror})")
+    line = migrate_as_nobody(checkpoint)
+    assert "which could not keep its extended attribute security.origin: run migrate as its owner or as root" in line
+
+
+@root_only
+def test_a_user_who_could_not_keep_config_json_s_owner_is_refused_before_any_write(shared_folder):
+    """As found: config.json (0666) of another user, whose marker ``--to legacy`` removes, so it is replaced."""
+    checkpoint = shared_checkpoint(shared_folder, NOBODY, NOBODY)
+    config = checkpoint / "config.json"
+    document = json.loads(config.read_text())
+    document["quantization_config"]["format_version"] = 2
+    config.write_text(json.dumps(document, indent=2))
+    os.chown(config, OTHER, OTHER)
+    line = migrate_as_nobody(checkpoint)
+    assert line.startswith(f"scalar-scales: error: {config}: migrate replaces it with a new file")
+    assert config.stat().st_uid == OTHER
