@@ -313,7 +313,7 @@ def _announce(report: MigrationReport) -> None:
 
 def _migration_summary(report: MigrationReport) -> str:
     target = "0-D" if report.to == "scalar" else "(1,)"
-    if report.producer == MODELOPT:
+    if report.producer == MODELOPT and not report.changed:
         return (
             f"{report.checkpoint.root}: nothing to migrate: a ModelOpt NVFP4 checkpoint, whose "
             f"{report.scales_total} scales are 0-D, as ModelOpt writes them"
@@ -340,6 +340,8 @@ def _migration_summary(report: MigrationReport) -> str:
         line += " in place (header only)"
     if report.config_changed:
         line += f"; config.json format_version {report.format_version_before} -> {report.format_version_after}"
+    elif report.producer == MODELOPT:
+        line += "; ModelOpt's configs have no marker to update"
     elif report.checkpoint.config is None:
         line += "; no config.json to update"
     return line

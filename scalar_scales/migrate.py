@@ -181,10 +181,8 @@ def _plan(
             f"quantization format is {scan.quantization_format!r}, not {NVFP4_FORMAT}; migrate changes NVFP4 "
             "global scales only, unless --include GLOB names other per-tensor scales",
         )
-    planned = (plan_header_edit(shard.header, shard.indices, to) for shard in scan.shards)
-    edits = [edit for edit in planned if edit is not None]
     producer = None if declared is None else declared.producer
-    report = MigrationReport(checkpoint, to, dry_run, scan.scale_count, edits, producer=producer)
+    report = MigrationReport(checkpoint, to, dry_run, scan.scale_count, _header_edits(scan, to), producer=producer)
     report.consumers = changes(scan, to)
     if scan.config is not None and declared is not None and declared.is_nvfp4:
         report.format_version_before = scan.declared_format_version
@@ -199,20 +197,21 @@ def _plan(
 def _modelopt_plan(
     checkpoint: Checkpoint, scan: CheckpointScan, to: Layout, include: Sequence[str], dry_run: bool
 ) -> MigrationReport:
-    """A ModelOpt checkpoint has nothing to migrate: its scales are 0-D, as every vLLM loads them. Anything else
-    asked of one is refused: the layouts migrate writes are compressed-tensors'."""
+    """A ModelOpt checkpoint's scales go to 0-D, as ModelOpt writes them and every vLLM loads them; its configs
+    have no marker, so only headers change. Anything else asked of one is refused: the other layouts migrate
+    writes are compressed-tensors'."""
     where = scan.declared.source if scan.declared is not None and scan.declared.source else checkpoint.root
     if to != "scalar" or include:
         raise CheckpointError(
             where, "is a ModelOpt checkpoint; migrate writes compressed-tensors' layouts (--to, --include) only"
         )
-    if legacy := next((s for s in scan.scales if s.shape != ()), None):
-        raise CheckpointError(
-            legacy.file,
-            f"shape {list(legacy.shape)}, where ModelOpt writes 0-D; migrate does not change ModelOpt checkpoints",
-            legacy.name,
-        )
-    return MigrationReport(checkpoint, to, dry_run, scales_total=scan.scale_count, producer=MODELOPT)
+    edits = _header_edits(scan, to)
+    return MigrationReport(checkpoint, to, dry_run, scan.scale_count, edits, producer=MODELOPT)
+
+
+def _header_edits(scan: CheckpointScan, to: Layout) -> list[HeaderEdit]:
+    planned = (plan_header_edit(shard.header, shard.indices, to) for shard in scan.shards)
+    return [edit for edit in planned if edit is not None]
 
 
 def _is_shared(path: Path) -> bool:

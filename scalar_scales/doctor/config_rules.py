@@ -20,7 +20,7 @@ from scalar_scales.doctor.matching import Kind, Verdict
 from scalar_scales.doctor.rules import Found, checkpoint_rule
 from scalar_scales.doctor.view import CheckpointView
 from scalar_scales.files.header import ending_with
-from scalar_scales.nvfp4 import COMPRESSED_TENSORS, MODELOPT
+from scalar_scales.nvfp4 import COMPRESSED_TENSORS
 
 __all__ = [
     "kv_scales_missing",
@@ -58,7 +58,7 @@ def _file_of(checkpoint: CheckpointView, tensor: str) -> str:
 )
 def quantized_but_ignored(checkpoint: CheckpointView) -> Iterator[Found]:
     """A module stored as NVFP4 that the config's `ignore`
-    (ModelOpt: `exclude_modules`) leaves unquantized. vLLM builds it unquantized
+    (ModelOpt's hf_quant_config.json: `exclude_modules`) leaves unquantized. vLLM builds it unquantized
     and finds no parameter for its tensors: `Layer model.layers.1.mlp.experts has
     no parameter 'w2_input_global_scale'`. This is how MTP layers fail when
     `ignore` keeps `re:.*mtp\\..*` unquantized and the shards quantize them (vLLM
@@ -68,7 +68,7 @@ def quantized_but_ignored(checkpoint: CheckpointView) -> Iterator[Found]:
         return
     assert checkpoint.layout is not None
     declared = checkpoint.expectations.declared
-    what = "exclude_modules" if declared is not None and declared.producer == MODELOPT else "ignore"
+    what = "ignore" if declared is None else declared.ignore_key
     for module, (_, ignored) in _modules(checkpoint, "nvfp4"):
         if ignored:
             tensor = f"{module}.{checkpoint.layout.weight}"
@@ -149,6 +149,7 @@ def targeted_but_not_nvfp4(checkpoint: CheckpointView) -> Iterator[Found]:
     "load-error",
     "an input scale stored for a weight-only group",
     judges_classes=True,
+    producers=frozenset({COMPRESSED_TENSORS}),
 )
 def input_scale_for_weight_only(checkpoint: CheckpointView) -> Iterator[Found]:
     """An `input_global_scale` stored for a module whose
@@ -159,8 +160,8 @@ def input_scale_for_weight_only(checkpoint: CheckpointView) -> Iterator[Found]:
     Corpus case: `weight-only-with-input-scales`.
     """
     layout, expectations = checkpoint.layout, checkpoint.expectations
-    if not _judged(checkpoint) or layout is None or layout.producer != COMPRESSED_TENSORS:
-        return  # ModelOpt's W4A16 drops input_scale
+    if not _judged(checkpoint) or layout is None:
+        return
     if all(group.input_activations for group in expectations.nvfp4_groups):
         return
     verdict_of = dict(_modules(checkpoint, "nvfp4"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from scalar_scales.doctor.catalogue import RULES
 from scalar_scales.doctor.rules import EFFECTS, Rule
+from scalar_scales.nvfp4 import LAYOUTS
 
 __all__ = ["REFERENCE_TITLE", "reference_document", "rule_reference"]
 
@@ -34,6 +35,8 @@ def rule_reference(rule: Rule) -> str:
         lines.append(f"Fix: `{rule.fix} PATH`.")
     if rule.judges_classes:
         lines.append("Not applied where the config names a class a checkpoint cannot show.")
+    if rule.producers != frozenset(LAYOUTS):
+        lines.append(f"Applied to {' and '.join(sorted(rule.producers))} checkpoints only.")
     return "\n".join([*lines, "", rule.explanation, ""])
 
 

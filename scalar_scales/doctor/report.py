@@ -77,10 +77,13 @@ class CheckReport:
 
     @property
     def applied(self) -> list[Rule]:
-        """The selected rules that were applied: not those that judge modules against class names where the config
-        names a class no module can be judged against."""
+        """The selected rules that were applied: those about the checkpoint's layout, and not those that judge
+        modules against class names where the config names a class no module can be judged against."""
         unjudged = bool(self.diagnosis.expectations.unjudged_classes)
-        return [rule for rule in self.diagnosis.rules if not (unjudged and rule.judges_classes)]
+        layout = self.diagnosis.scan.layout
+        return [
+            rule for rule in self.diagnosis.rules if not (unjudged and rule.judges_classes) and rule.is_about(layout)
+        ]
 
     @property
     def nvfp4_modules(self) -> int:
@@ -106,7 +109,9 @@ class CheckReport:
         elif declared.producer == MODELOPT:
             what = f"ModelOpt {declared.format_name} ({os.path.basename(declared.source or '')})"
         else:
-            what = f"{declared.format_name or 'no format'}, format_version {declared.format_version}"
+            version = declared.stated_format_version
+            marker = "no format_version" if version is None else f"format_version {version}"
+            what = f"{declared.format_name or 'no format'}, {marker}"
         legacy = scan.legacy_count
         return (
             f"{scan.checkpoint.root}: {len(scan.shards)} shard(s), {what}, {_scales_text(scan)} "
@@ -217,7 +222,7 @@ class CheckReport:
                 "producer": None if scan.declared is None else scan.declared.producer,
                 "format": None if scan.declared is None else scan.declared.format_name,
                 "quantization_format": scan.quantization_format,
-                "format_version": scan.declared_format_version,
+                "format_version": None if scan.declared is None else scan.declared.stated_format_version,
                 "checked": self.checked,
                 "nvfp4_modules": self.nvfp4_modules,
                 "rules_applied": [rule.code for rule in self.applied],

@@ -27,6 +27,7 @@ from itertools import chain, repeat
 from typing import Literal, NamedTuple
 
 from scalar_scales.doctor.view import CheckpointView, ShardView
+from scalar_scales.nvfp4 import LAYOUTS, Producer, ProducerLayout
 
 __all__ = [
     "EFFECTS",
@@ -83,7 +84,8 @@ class Finding(NamedTuple):
 class Rule:
     """One rule: what it is called and means, and (in :class:`ShardRule` and :class:`CheckpointRule`) the one
     function that finds it. ``judges_classes``: the rule judges modules against a config's class names, which a
-    checkpoint cannot show for a model's own classes (it is then not applied)."""
+    checkpoint cannot show for a model's own classes (it is then not applied). ``producers``: the layouts the rule
+    is about (compressed-tensors' marker means nothing in a ModelOpt checkpoint)."""
 
     code: str
     name: str
@@ -94,11 +96,16 @@ class Rule:
     fix: str | None = None
     """What makes the finding go away, where one command does."""
     judges_classes: bool = False
+    producers: frozenset[Producer] = frozenset(LAYOUTS)
 
     @property
     def explanation(self) -> str:
         """What the rule finds, why it matters, and the evidence: its function's docstring."""
         return inspect.cleandoc(self._function.__doc__ or "")
+
+    def is_about(self, layout: ProducerLayout | None) -> bool:
+        """The rule is about checkpoints of ``layout`` (None: no NVFP4 layout, which every rule may speak of)."""
+        return layout is None or layout.producer in self.producers
 
     @property
     def _function(self) -> Callable[..., object]:
@@ -119,6 +126,8 @@ class ShardRule(Rule):
         return self.find
 
     def findings(self, checkpoint: CheckpointView) -> Iterator[Finding]:
+        if not self.is_about(checkpoint.layout):
+            return iter(())
         return chain.from_iterable(_findings(self, self.find(shard)) for shard in checkpoint.shards)
 
 
@@ -133,6 +142,8 @@ class CheckpointRule(Rule):
         return self.find
 
     def findings(self, checkpoint: CheckpointView) -> Iterator[Finding]:
+        if not self.is_about(checkpoint.layout):
+            return iter(())
         return _findings(self, self.find(checkpoint))
 
 
@@ -164,11 +175,12 @@ def checkpoint_rule(
     *,
     fix: str | None = None,
     judges_classes: bool = False,
+    producers: frozenset[Producer] = frozenset(LAYOUTS),
 ) -> Callable[[Callable[[CheckpointView], Iterable[Found]]], CheckpointRule]:
     """Make the decorated function, which finds the rule in the whole checkpoint, a rule; its docstring is the
     rule's explanation."""
 
     def rule(find: Callable[[CheckpointView], Iterable[Found]]) -> CheckpointRule:
-        return CheckpointRule(code, name, severity, effect, summary, fix, judges_classes, find=find)
+        return CheckpointRule(code, name, severity, effect, summary, fix, judges_classes, producers, find=find)
 
     return rule

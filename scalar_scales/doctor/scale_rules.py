@@ -77,6 +77,7 @@ def legacy_scale_shape(shard: ShardView) -> Iterator[Found]:
     "none",
     "config.json declares format_version 2 but global scales are (1,)",
     fix=MIGRATE,
+    producers=frozenset({COMPRESSED_TENSORS}),
 )
 def marker_disagrees(checkpoint: CheckpointView) -> Iterator[Found]:
     """config.json's `quantization_config.format_version` is 2 (0-D
@@ -97,7 +98,15 @@ def marker_disagrees(checkpoint: CheckpointView) -> Iterator[Found]:
         )
 
 
-@checkpoint_rule("NV103", "marker-missing", "info", "none", "0-D global scales without format_version 2", fix=MIGRATE)
+@checkpoint_rule(
+    "NV103",
+    "marker-missing",
+    "info",
+    "none",
+    "0-D global scales without format_version 2",
+    fix=MIGRATE,
+    producers=frozenset({COMPRESSED_TENSORS}),
+)
 def marker_missing(checkpoint: CheckpointView) -> Iterator[Found]:
     """Every global scale is 0-D, as vLLM wants them, but
     config.json does not declare `format_version` 2: compressed-tensors 0.20.1's

@@ -79,7 +79,9 @@ class Declaration:
     ``MIXED_PRECISION``, or another ``quant_method``."""
     groups: tuple[Group, ...] = ()
     ignore: tuple[str, ...] = ()
-    """compressed-tensors' ``ignore``, or ModelOpt's ``exclude_modules`` (wildcards)."""
+    """compressed-tensors' ``ignore``, or ModelOpt's exclusions (wildcards)."""
+    ignore_key: str = "ignore"
+    """The key the exclusions came from: ``ignore`` in config.json, ``exclude_modules`` in hf_quant_config.json."""
     kv_cache: bool = False
     """The config declares quantized KV-cache scales (``k_scale``, ``v_scale``)."""
     source: str | None = None
@@ -87,9 +89,16 @@ class Declaration:
     format_version: int | None = None
     """compressed-tensors' marker: 2 for 0-D global scales, 1 (legacy (1,)) when the key is absent; None for any
     other producer."""
+    format_version_declared: bool = False
+    """The config has the marker's key (``format_version`` 1 is then what it says, not what its absence means)."""
     quantized_layers: tuple[tuple[str, int], ...] = ()
     """ModelOpt MIXED_PRECISION: each module ``quantized_layers`` names, with the index of its group, in the
     file's order (vLLM takes the first that fits a fused module)."""
+
+    @property
+    def stated_format_version(self) -> int | None:
+        """The marker as the config states it: None where it has no ``format_version``."""
+        return self.format_version if self.format_version_declared else None
 
     @property
     def nvfp4_groups(self) -> tuple[Group, ...]:
@@ -192,9 +201,10 @@ def _compressed_tensors(quantization_config: Mapping[str, Any], path: str) -> De
         None if top_format is None else printable(top_format),
         tuple(groups),
         _strings(quantization_config.get("ignore")),
-        quantization_config.get("kv_cache_scheme") is not None,
-        path,
-        version,
+        kv_cache=quantization_config.get("kv_cache_scheme") is not None,
+        source=path,
+        format_version=version,
+        format_version_declared=FORMAT_VERSION_KEY in quantization_config,
     )
 
 
@@ -227,9 +237,20 @@ def _modelopt(
             _modelopt_group(f"{layer_algo} (group size {size})", layer_algo, original, size)
             for layer_algo, size in recipes
         )
-        return Declaration(MODELOPT, algo, groups, _strings(exclude), kv_cache, path, quantized_layers=tuple(assigned))
+        return Declaration(
+            MODELOPT,
+            algo,
+            groups,
+            _strings(exclude),
+            ignore_key=exclude_key,
+            kv_cache=kv_cache,
+            source=path,
+            quantized_layers=tuple(assigned),
+        )
     groups = (_modelopt_group(algo, algo, original, group_size, everything=True),)
-    return Declaration(MODELOPT, algo, groups, _strings(exclude), kv_cache, path)
+    return Declaration(
+        MODELOPT, algo, groups, _strings(exclude), ignore_key=exclude_key, kv_cache=kv_cache, source=path
+    )
 
 
 def _modelopt_group(name: str, algo: str, original: Mapping[str, Any], group_size: int, **members: Any) -> Group:

@@ -1,14 +1,16 @@
 """A corpus of broken NVFP4 checkpoints: one per rule of ``scalar-scales check``, each broken the way it happens.
 
 Every case starts from a clean checkpoint and changes one thing, keeping
-the files valid safetensors: the reference reader accepts every shard. Two
-clean checkpoints start the corpus: compressed-tensors' (the small
-synthetic one, migrated: 0-D scales, format_version 2) and ModelOpt's (the
-same modules in ModelOpt's names and convention, declared in
-``hf_quant_config.json``). The ``break_*`` functions take the checkpoint
-and its producer's layout, and return the tensor the finding must name
-(None for the config). They work on single-file checkpoints too, as
-``oneshot`` writes the toys: ``scripts/check_evidence.py`` breaks those.
+the files valid safetensors: the reference reader accepts every shard. The
+compressed-tensors corpus starts from the small synthetic checkpoint,
+migrated (0-D scales, format_version 2); the ModelOpt one from a real
+export (``scalar_scales_testkit.modelopt_exports``). The ``break_*``
+functions take the checkpoint and its producer's layout, and return the
+tensor the finding must name (None for the config). They work on
+single-file checkpoints too, as ``oneshot`` and ModelOpt write the toys:
+``scripts/check_evidence.py`` breaks those. :func:`to_modelopt` writes a
+compressed-tensors checkpoint in ModelOpt's names, for the models no
+exporter is run on here.
 """
 
 from __future__ import annotations
@@ -37,7 +39,6 @@ __all__ = [
     "MODELOPT_CORPUS",
     "BrokenCase",
     "clean_checkpoint",
-    "clean_modelopt_checkpoint",
     "mla_checkpoint",
     "rewrite_shard",
     "shard_of",
@@ -92,14 +93,6 @@ def _rename_all(weight_map: dict[str, str], renamed: Callable[[str], str]) -> No
     entries = {renamed(name): file for name, file in weight_map.items()}
     weight_map.clear()
     weight_map.update(entries)
-
-
-def clean_modelopt_checkpoint(directory: Path, *, in_config_json: bool = False) -> Path:
-    """The small synthetic checkpoint as ModelOpt exports it: no rule finds anything. ``in_config_json``: declared
-    in config.json's ``quantization_config`` (``quant_method: modelopt``) rather than hf_quant_config.json."""
-    checkpoint = make_checkpoint(directory)
-    to_modelopt(checkpoint, in_config_json=in_config_json)
-    return checkpoint
 
 
 def to_modelopt(checkpoint: Path, *, in_config_json: bool = False) -> None:
@@ -215,19 +208,26 @@ def _set_values(checkpoint: Path, value_of: Callable[[str, float], float | None]
         rewrite_shard(shard, change)
 
 
+def _declaration_of(checkpoint: Path) -> tuple[Path, str]:
+    """The file and key of the declaration a server reads (vLLM's ``get_quant_config``): config.json's
+    ``quantization_config`` where there is one, hf_quant_config.json's ``quantization`` otherwise. ModelOpt's
+    exporter writes both."""
+    config = json.loads((checkpoint / CONFIG_NAME).read_text())
+    if "quantization_config" in config or not (checkpoint / MODELOPT_CONFIG_NAME).exists():
+        return checkpoint / CONFIG_NAME, "quantization_config"
+    return checkpoint / MODELOPT_CONFIG_NAME, "quantization"
+
+
 def _edit_declaration(checkpoint: Path, change: Callable[[dict[str, Any]], None]) -> None:
-    """Edit the quantization declaration: hf_quant_config.json's ``quantization`` where that file is, else
-    config.json's ``quantization_config``."""
-    path, key = (checkpoint / MODELOPT_CONFIG_NAME, "quantization")
-    if not path.exists():
-        path, key = checkpoint / CONFIG_NAME, "quantization_config"
+    """Edit the quantization declaration a server reads."""
+    path, key = _declaration_of(checkpoint)
     config = json.loads(path.read_text())
     change(config[key])
     path.write_text(json.dumps(config, indent=2))
 
 
 def _ignore_key(checkpoint: Path) -> str:
-    return "exclude_modules" if (checkpoint / MODELOPT_CONFIG_NAME).exists() else "ignore"
+    return "exclude_modules" if _declaration_of(checkpoint)[0].name == MODELOPT_CONFIG_NAME else "ignore"
 
 
 def break_legacy_scales(checkpoint: Path, layout: ProducerLayout, module: str = EXPERT) -> str:

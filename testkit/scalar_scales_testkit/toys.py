@@ -9,6 +9,8 @@
   192 (128 without rotary embedding, 64 with), ``kv_lora_rank`` 512; smaller
   ones are refused ("Head dimension 48 is not supported by MLA"). A
   ``q_lora_rank`` makes vLLM fuse ``q_a_proj`` with ``kv_a_proj_with_mqa``.
+- ``llama``: a dense Llama, no experts: the shape of NVIDIA's own published
+  FP4 checkpoints (Llama-3.3-70B-FP4), exported by ModelOpt.
 - ``glm4-moe-lite``: GLM-4.7-Flash's architecture, DeepSeek's MLA and MoE
   with GLM's own loader in SGLang (which fuses the MLA a-projections with a
   plain ``torch.cat``), at the DeepSeek-V3 toy's sizes.
@@ -26,7 +28,10 @@ from typing import Any
 
 from compressed_tensors_patch.toy_moe import VOCAB_SIZE, build_toy_checkpoint
 
-__all__ = ["TOYS", "build_toy"]
+__all__ = ["QWEN3_MOE", "TOYS", "build_toy"]
+
+QWEN3_MOE = "qwen3-moe"
+"""The built-in toy (``compressed_tensors_patch.toy_moe``), by the name the other toys go by."""
 
 COMMON: dict[str, Any] = {
     "vocab_size": VOCAB_SIZE,
@@ -103,14 +108,29 @@ def glm4_moe_lite_config() -> Any:
     return Glm4MoeLiteConfig(**DEEPSEEK_MOE_WITH_MLA)
 
 
+def llama_config() -> Any:
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        **COMMON,
+        hidden_size=128,
+        intermediate_size=256,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+    )
+
+
 TOYS: dict[str, Callable[[], Any]] = {
     "olmoe": olmoe_config,
     "qwen2-moe": qwen2_moe_config,
     "deepseek-v3": deepseek_v3_config,
     "glm4-moe-lite": glm4_moe_lite_config,
+    "llama": llama_config,
 }
 
 
 def build_toy(name: str, directory: str | os.PathLike[str]) -> Path:
-    """Write toy ``name``'s random bf16 checkpoint and tokenizer into ``directory``."""
-    return build_toy_checkpoint(directory, config=TOYS[name]())
+    """Write toy ``name``'s random bf16 checkpoint and tokenizer into ``directory`` (``qwen3-moe``: the built-in
+    toy)."""
+    return build_toy_checkpoint(directory, config=TOYS[name]() if name != QWEN3_MOE else None)

@@ -6,16 +6,18 @@ import pytest
 
 from scalar_scales.doctor import RULES
 from scalar_scales.nvfp4 import COMPRESSED_TENSORS_LAYOUT, MODELOPT_LAYOUT
-from scalar_scales_testkit.broken import CORPUS, MODELOPT_CORPUS, clean_checkpoint, clean_modelopt_checkpoint
+from scalar_scales_testkit.broken import CORPUS, MODELOPT_CORPUS, clean_checkpoint
 from scalar_scales_testkit.cli import run_cli, snapshot
+from scalar_scales_testkit.modelopt_exports import copy_of_export
 
 CASES = [
     pytest.param(clean_checkpoint, COMPRESSED_TENSORS_LAYOUT, case, id=f"compressed-tensors-{name}")
     for name, case in CORPUS.items()
 ] + [
-    pytest.param(clean_modelopt_checkpoint, MODELOPT_LAYOUT, case, id=f"modelopt-{name}")
-    for name, case in MODELOPT_CORPUS.items()
+    pytest.param(copy_of_export, MODELOPT_LAYOUT, case, id=f"modelopt-{name}") for name, case in MODELOPT_CORPUS.items()
 ]
+"""Each break made on a synthetic compressed-tensors checkpoint, and on a real ModelOpt export (the toy Qwen3-MoE
+exported by nvidia-modelopt: scripts/make_modelopt_artifacts.py)."""
 
 
 def test_the_compressed_tensors_corpus_covers_every_rule_once():

@@ -56,6 +56,18 @@ def test_a_clean_checkpoint_exits_0_saying_what_was_checked(clean):
     ]
 
 
+@pytest.mark.parametrize(("marker", "shown"), [(None, "no format_version"), (1, "format_version 1")])
+def test_the_heading_shows_the_marker_as_the_config_states_it(checkpoint, marker, shown):
+    config = json.loads((checkpoint / "config.json").read_text())
+    if marker is not None:
+        config["quantization_config"]["format_version"] = marker
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    heading = run_cli("check", checkpoint).stdout.splitlines()[0]
+    assert heading.startswith(f"{checkpoint}: 3 shard(s), nvfp4-pack-quantized, {shown}, 48 global scales")
+    summary = json.loads(run_cli("check", checkpoint, "--json").stdout)["summary"]
+    assert summary["format_version"] == marker
+
+
 def test_legacy_scales_are_grouped_under_one_code_with_the_first_few_shown(checkpoint):
     result = run_cli("check", checkpoint)
     assert result.returncode == 0
@@ -266,7 +278,7 @@ def test_json_has_findings_and_a_summary(checkpoint):
         "producer": "compressed-tensors",
         "format": "nvfp4-pack-quantized",
         "quantization_format": "nvfp4-pack-quantized",
-        "format_version": 1,
+        "format_version": None,
         "checked": True,
         "nvfp4_modules": 24,
         "rules_applied": sorted(RULES),

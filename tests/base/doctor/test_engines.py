@@ -59,6 +59,8 @@ def test_a_checkpoint_whose_mla_a_projections_are_not_quantized_is_not_judged_by
 
 
 def test_a_modelopt_checkpoint_is_not_judged_by_what_was_observed_of_compressed_tensors(tmp_path):
+    """Synthetic: the MLA toys' modules in ModelOpt's names, which no exporter run here writes (the round trip
+    exports the toy Qwen3-MoE and a dense Llama)."""
     to_modelopt(checkpoint := mla_checkpoint(tmp_path / "glm", GLM))
     result = run_cli("check", checkpoint)
     assert "ModelOpt" in result.stdout and "Not loaded by" not in result.stdout

@@ -1,5 +1,11 @@
-"""ModelOpt NVFP4 checkpoints (NVIDIA's layout): checked by the same rules in ModelOpt's names, declared in
-hf_quant_config.json or config.json, single-format or MIXED_PRECISION; migrate leaves them alone."""
+"""ModelOpt NVFP4 checkpoints (NVIDIA's layout), as NVIDIA's exporter writes them (nvidia-modelopt 0.47 on the toys:
+scripts/make_modelopt_artifacts.py): checked by the same rules in ModelOpt's names, but for the three that are
+compressed-tensors' own; `migrate` gives (1,) scales the 0-D shape ModelOpt writes, and nothing else.
+
+An export declares its quantization twice, in config.json's ``quantization_config`` (which vLLM reads) and in
+hf_quant_config.json. A checkpoint declared in hf_quant_config.json alone, as ModelOpt's older exports are, is
+made here from a real export by removing config.json's declaration: no exporter at hand writes one so.
+"""
 
 from __future__ import annotations
 
@@ -8,84 +14,134 @@ import json
 import pytest
 
 from scalar_scales.nvfp4 import MODELOPT_LAYOUT
-from scalar_scales_testkit.broken import EXPERT, MODELOPT_CORPUS, clean_modelopt_checkpoint
-from scalar_scales_testkit.cli import run_cli, snapshot
+from scalar_scales_testkit.broken import EXPERT, MODELOPT_CORPUS
+from scalar_scales_testkit.checkpoints import described, tensor_bytes
+from scalar_scales_testkit.cli import rewrite_header, run_cli, snapshot
+from scalar_scales_testkit.modelopt_exports import EXPORTS, copy_of_export, exported
 
-MODULES = 24
-"""The small synthetic checkpoint: 2 layers x 4 experts x 3 projections."""
+COMPRESSED_TENSORS_OWN = {"NV102", "NV103", "NV604"}
+"""The rules about compressed-tensors' marker and its weight-only groups."""
+FORMATS = {"w4a16": "W4A16_NVFP4", "mixed": "MIXED_PRECISION"}
+"""The ModelOpt format of each export that is not NVFP4."""
 
 
-@pytest.fixture(params=["hf_quant_config.json", "config.json"])
-def modelopt(request, tmp_path):
-    return clean_modelopt_checkpoint(tmp_path / "modelopt", in_config_json=request.param == "config.json")
+def declared_in_hf_quant_config_only(checkpoint):
+    config = json.loads((checkpoint / "config.json").read_text())
+    del config["quantization_config"]
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    return checkpoint
 
 
-def test_a_clean_modelopt_checkpoint_passes_saying_what_was_checked_in_its_own_terms(modelopt):
-    result = run_cli("check", modelopt)
+def checked(checkpoint, *args):
+    return json.loads(run_cli("check", checkpoint, "--json", *args).stdout)
+
+
+@pytest.mark.parametrize("name", EXPORTS)
+def test_every_real_export_passes_under_its_own_format_name_and_declaration_file(name):
+    result = run_cli("check", exported(name))
     lines = result.stdout.splitlines()
-    assert result.returncode == 0
-    assert "ModelOpt NVFP4" in lines[0]
-    assert (
-        lines[1] == f"Checked {MODULES} NVFP4 modules (config group NVFP4, NVFP4 W4A4: {MODULES}) and 48 global scales."
-    )
-    assert lines[-1].startswith(f"All checks passed: no finding from 20 rules on {MODULES} NVFP4 modules")
+    assert result.returncode == 0, result.stdout
+    assert f"ModelOpt {FORMATS.get(name, 'NVFP4')} (config.json)" in lines[0]
+    assert lines[-1].startswith("All checks passed: no finding from 17 rules on ")
 
 
-def test_the_json_summary_names_the_producer_and_its_format(modelopt):
-    summary = json.loads(run_cli("check", modelopt, "--json").stdout)["summary"]
-    assert (summary["producer"], summary["format"], summary["nvfp4_modules"]) == ("modelopt", "NVFP4", MODULES)
+@pytest.mark.parametrize("name", EXPORTS)
+def test_the_rules_applied_to_a_real_export_leave_out_compressed_tensors_own(name):
+    summary = checked(exported(name))["summary"]
+    assert (summary["producer"], summary["format"]) == ("modelopt", FORMATS.get(name, "NVFP4"))
+    assert len(summary["rules_applied"]) == 17
+    assert not COMPRESSED_TENSORS_OWN & set(summary["rules_applied"])
 
 
-def test_a_compressed_tensors_divisor_in_weight_scale_2_is_told_in_modelopt_terms(modelopt):
-    MODELOPT_CORPUS["reciprocal-convention"].make(modelopt, MODELOPT_LAYOUT)
-    findings = json.loads(run_cli("check", modelopt, "--json").stdout)["findings"]
-    finding = next(f for f in findings if f["tensor"] == f"{EXPERT}.down_proj.weight_scale_2")
+def test_an_export_declared_in_hf_quant_config_json_alone_passes_naming_that_file(tmp_path):
+    checkpoint = declared_in_hf_quant_config_only(copy_of_export(tmp_path / "export"))
+    result = run_cli("check", checkpoint)
+    assert result.returncode == 0, result.stdout
+    assert "ModelOpt NVFP4 (hf_quant_config.json)" in result.stdout.splitlines()[0]
+
+
+def test_mixed_precision_checks_its_nvfp4_experts_and_holds_its_fp8_attention_to_the_config():
+    lines = run_cli("check", exported("mixed")).stdout.splitlines()
+    assert "config group NVFP4 (group size 16), NVFP4 W4A4: 48" in lines[1]
+    assert "8 quantized another way" in lines[1]
+
+
+def test_a_compressed_tensors_divisor_in_weight_scale_2_is_told_in_modelopt_terms(tmp_path):
+    checkpoint = copy_of_export(tmp_path / "export")
+    MODELOPT_CORPUS["reciprocal-convention"].make(checkpoint, MODELOPT_LAYOUT)
+    finding = next(f for f in checked(checkpoint)["findings"] if f["tensor"] == f"{EXPERT}.down_proj.weight_scale_2")
     assert "in ModelOpt's amax/(6*448) convention; it looks like compressed-tensors'" in finding["message"]
 
 
-def mixed_precision(checkpoint, layers):
-    path = checkpoint / "hf_quant_config.json"
-    config = json.loads(path.read_text())
-    config["quantization"] = {
-        "quant_algo": "MIXED_PRECISION",
-        "kv_cache_quant_algo": None,
-        "quantized_layers": {layer: {"quant_algo": "NVFP4", "group_size": 16} for layer in layers},
+@pytest.mark.parametrize(
+    ("declared_in", "key"),
+    [("config.json", "ignore"), ("hf_quant_config.json", "exclude_modules")],
+)
+def test_nv601_names_the_key_the_exclusions_came_from(tmp_path, declared_in, key):
+    checkpoint = copy_of_export(tmp_path / "export")
+    if declared_in == "hf_quant_config.json":
+        declared_in_hf_quant_config_only(checkpoint)
+    MODELOPT_CORPUS["quantized-layer-ignored"].make(checkpoint, MODELOPT_LAYOUT)
+    messages = {f["message"] for f in checked(checkpoint)["findings"] if f["code"] == "NV601"}
+    assert messages == {
+        f"stored as NVFP4, but the config's {key} leaves the module unquantized: vLLM builds it unquantized and "
+        "finds no weight of that name (observed: the engine does not start)"
     }
-    path.write_text(json.dumps(config))
 
 
-def test_mixed_precision_checks_the_layers_it_lists_under_its_own_format_name(tmp_path):
-    checkpoint = clean_modelopt_checkpoint(tmp_path / "mixed")
-    mixed_precision(checkpoint, [f"model.layers.{n}.mlp.experts" for n in range(2)])
-    result = run_cli("check", checkpoint)
-    lines = result.stdout.splitlines()
-    assert result.returncode == 0, result.stdout
-    assert "ModelOpt MIXED_PRECISION" in lines[0]
-    assert f"config group NVFP4 (group size 16), NVFP4 W4A4: {MODULES}" in lines[1]
-
-
-def test_a_module_mixed_precision_does_not_list_is_nv602(tmp_path):
-    checkpoint = clean_modelopt_checkpoint(tmp_path / "mixed")
-    mixed_precision(checkpoint, ["model.layers.0.mlp.experts"])
-    findings = json.loads(run_cli("check", checkpoint, "--json").stdout)["findings"]
-    assert {f["code"] for f in findings} == {"NV602"}
-    assert {f["tensor"].split(".")[2] for f in findings} == {"1"}
-
-
-def test_migrate_says_there_is_nothing_to_migrate_and_exits_0(modelopt):
-    before = snapshot(modelopt)
-    result = run_cli("migrate", modelopt)
+def test_migrate_says_there_is_nothing_to_migrate_in_a_real_export_and_changes_nothing(tmp_path):
+    checkpoint = copy_of_export(tmp_path / "export")
+    before = snapshot(checkpoint)
+    result = run_cli("migrate", checkpoint)
     assert result.returncode == 0, result.stderr
     assert result.stdout == (
-        f"{modelopt}: nothing to migrate: a ModelOpt NVFP4 checkpoint, whose 48 scales are 0-D, as ModelOpt writes "
-        "them\n"
+        f"{checkpoint}: nothing to migrate: a ModelOpt NVFP4 checkpoint, whose 112 scales are 0-D, as ModelOpt "
+        "writes them\n"
     )
-    assert snapshot(modelopt) == before
+    assert snapshot(checkpoint) == before
 
 
-def test_migrate_refuses_to_write_a_compressed_tensors_layout_into_a_modelopt_checkpoint(modelopt):
-    before = snapshot(modelopt)
-    result = run_cli("migrate", modelopt, "--to", "legacy")
+def with_1_scales(checkpoint):
+    MODELOPT_CORPUS["legacy-scales"].make(checkpoint, MODELOPT_LAYOUT)
+    return checkpoint
+
+
+@pytest.mark.parametrize("name", ["nvfp4", "nvfp4-sharded"])
+def test_nv101_on_an_export_advises_migrate_and_migrate_makes_its_scales_0_d_as_the_export_had_them(tmp_path, name):
+    """Every tensor gets back the dtype, shape and bytes the exporter wrote (the header's text may differ)."""
+    checkpoint = with_1_scales(copy_of_export(tmp_path / "export", name))
+    assert f"fix: scalar-scales migrate {checkpoint}" in run_cli("check", checkpoint).stdout
+    result = run_cli("migrate", checkpoint)
+    assert result.returncode == 0, result.stderr
+    assert "changed 112 of 112 scales to 0-D" in result.stdout
+    assert "; ModelOpt's configs have no marker to update" in result.stdout
+    assert described(checkpoint) == described(exported(name))
+    assert tensor_bytes(checkpoint) == tensor_bytes(exported(name))
+    assert run_cli("check", checkpoint).returncode == 0
+
+
+def test_migrate_of_a_modelopt_checkpoint_changes_neither_config(tmp_path):
+    checkpoint = with_1_scales(copy_of_export(tmp_path / "export"))
+    configs = {name: (checkpoint / name).read_bytes() for name in ("config.json", "hf_quant_config.json")}
+    run_cli("migrate", checkpoint)
+    assert {name: (checkpoint / name).read_bytes() for name in configs} == configs
+
+
+def test_migrate_refuses_to_write_a_compressed_tensors_layout_into_a_modelopt_checkpoint(tmp_path):
+    checkpoint = copy_of_export(tmp_path / "export")
+    before = snapshot(checkpoint)
+    result = run_cli("migrate", checkpoint, "--to", "legacy")
     assert result.returncode == 2
     assert "is a ModelOpt checkpoint" in result.stderr
-    assert snapshot(modelopt) == before
+    assert snapshot(checkpoint) == before
+
+
+def test_migrate_refuses_a_modelopt_scale_that_holds_more_than_one_value(tmp_path):
+    checkpoint = copy_of_export(tmp_path / "export")
+    tensor = f"{EXPERT}.down_proj.weight_scale_2"
+    rewrite_header(checkpoint / "model.safetensors", lambda header: header[tensor].update(shape=[1, 1]))
+    before = snapshot(checkpoint)
+    result = run_cli("migrate", checkpoint)
+    assert result.returncode == 2
+    assert tensor in result.stderr
+    assert snapshot(checkpoint) == before

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from scalar_scales.nvfp4 import COMPRESSED_TENSORS_LAYOUT, MODELOPT_LAYOUT
 from scalar_scales.sources import shard_name
-from scalar_scales_testkit.broken import CORPUS, MODELOPT_CORPUS, clean_checkpoint, clean_modelopt_checkpoint
+from scalar_scales_testkit.broken import CORPUS, MODELOPT_CORPUS, clean_checkpoint
 from scalar_scales_testkit.cli import make_checkpoint, run_cli, shards
 from scalar_scales_testkit.hub_server import HubRepository, client_environment, serve_hub
+from scalar_scales_testkit.modelopt_exports import copy_of_export
 from scalar_scales_testkit.synthetic import write_synthetic_checkpoint
 
 pytest.importorskip("huggingface_hub")
@@ -36,7 +38,7 @@ CASES = [
     pytest.param(clean, layout, case, id=f"{layout.producer}-{name}")
     for clean, layout, corpus in (
         (clean_checkpoint, COMPRESSED_TENSORS_LAYOUT, CORPUS),
-        (clean_modelopt_checkpoint, MODELOPT_LAYOUT, MODELOPT_CORPUS),
+        (partial(copy_of_export, name="nvfp4-sharded"), MODELOPT_LAYOUT, MODELOPT_CORPUS),
     )
     for name, case in [("clean", None), *corpus.items()]
 ]
