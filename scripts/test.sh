@@ -66,6 +66,8 @@ run "artifacts, compressed-tensors 0.19.0" "$PRODUCER/bin/python" scripts/make_a
 run "artifacts, compressed-tensors 0.20.0" "$CT020/bin/python" scripts/make_artifacts.py "$SCALAR_SCALES_ARTIFACTS"
 run "artifacts, compressed-tensors 0.20.1" "$CT0201/bin/python" scripts/make_artifacts.py "$SCALAR_SCALES_ARTIFACTS"
 run "artifacts, ModelOpt 0.47.0 exports" "$MODELOPT/bin/python" scripts/make_modelopt_artifacts.py "$SCALAR_SCALES_ARTIFACTS"
+run "artifacts, ModelOpt exports converted by compressed-tensors 0.20.1" \
+  "$CT0201/bin/python" scripts/convert_modelopt_artifacts.py "$SCALAR_SCALES_ARTIFACTS"
 run "reference logits, transformers + compressed-tensors" \
   "$PRODUCER/bin/python" scripts/reference_logits.py "$SCALAR_SCALES_ARTIFACTS"
 for toy in olmoe qwen2-moe deepseek-v3; do

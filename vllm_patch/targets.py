@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-__all__ = ["EMULATED_MODULES", "LINEAR_SCHEME_MODULE", "LOADER_CLASSES", "LOADER_MODULES", "MOE_METHOD_MODULE"]
+__all__ = [
+    "EMULATED_MODULES",
+    "LINEAR_SCHEME_MODULE",
+    "LOADER_CLASSES",
+    "LOADER_MODULES",
+    "MODELOPT_MODULE",
+    "MOE_METHOD_MODULE",
+]
 
 LOADER_CLASSES = (
     "vllm.model_executor.layers.fused_moe.routed_experts.RoutedExperts",
@@ -21,5 +28,7 @@ MOE_METHOD_MODULE = (
     "compressed_tensors_moe.compressed_tensors_moe_w4a4_nvfp4"
 )
 """Where vLLM chooses an NVFP4 MoE backend and defines the compressed-tensors NVFP4 MoE method."""
-EMULATED_MODULES = (LINEAR_SCHEME_MODULE, MOE_METHOD_MODULE)
+MODELOPT_MODULE = "vllm.model_executor.layers.quantization.modelopt"
+"""Where vLLM chooses NVFP4 kernels for ModelOpt checkpoints: its linear method and its NVFP4 MoE method."""
+EMULATED_MODULES = (LINEAR_SCHEME_MODULE, MOE_METHOD_MODULE, MODELOPT_MODULE)
 """The modules the NVFP4 emulation patches, each once it is imported, on the CPU platform only."""

@@ -77,10 +77,13 @@ def reference() -> Callable[..., list[list[list[float]]]]:
 @pytest.fixture(scope="session")
 def serve(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Served]:
     """``serve(model, dtype=..., multiprocessing=..., compiled=..., tensor_parallel=..., expert_parallel=...,
-    **env)``: greedy tokens, prompt log-probs, log.
+    prompts=..., max_num_seqs=..., tokenizer=..., run=..., **env)``: greedy tokens, prompt log-probs, log.
 
     Tensor parallelism runs vLLM's multiprocess executor, a worker process
-    per rank, each bound to one of the machine's two cores.
+    per rank, each bound to one of the machine's two cores. ``prompts``
+    defaults to the round trip's two; ``max_num_seqs=1`` serves them one at
+    a time, never batched. Serves are cached by their arguments: another
+    ``run`` number serves the same arguments again, in a new process.
     """
     cache: dict[tuple[Any, ...], Served] = {}
     root = tmp_path_factory.mktemp("served")
@@ -93,10 +96,16 @@ def serve(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Served]:
         compiled: bool = False,
         tensor_parallel: int = 1,
         expert_parallel: bool = False,
+        prompts: list[list[int]] | None = None,
+        max_num_seqs: int = 4,
+        tokenizer: Path | None = None,
+        run: int = 0,
         **env: str,
     ) -> Served:
+        prompts = prompt_ids() if prompts is None else prompts
         parallel = (tensor_parallel, expert_parallel)
-        key = (str(model), dtype, multiprocessing, compiled, parallel, tuple(sorted(env.items())))
+        requests = (json.dumps(prompts), max_num_seqs, str(tokenizer), run)
+        key = (str(model), dtype, multiprocessing, compiled, parallel, requests, tuple(sorted(env.items())))
         if key not in cache:
             out = root / f"{len(cache)}.json"
             command = [
@@ -107,9 +116,12 @@ def serve(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Served]:
                 "--dtype",
                 dtype,
                 "--prompts",
-                json.dumps(prompt_ids()),
+                json.dumps(prompts),
                 "--tensor-parallel-size",
                 str(tensor_parallel),
+                "--max-num-seqs",
+                str(max_num_seqs),
+                *(["--tokenizer", str(tokenizer)] if tokenizer is not None else []),
                 *(["--compiled"] if compiled else []),
                 *(["--expert-parallel"] if expert_parallel else []),
             ]

@@ -1,7 +1,8 @@
 """Serve one checkpoint with ``vllm.LLM`` and write what it produced as JSON (run as a script by the tests).
 
     python serve_artifact.py MODEL OUT.json --dtype bfloat16 --prompts '[[5, 6, 7], ...]' --max-tokens 16
-        [--compiled] [--tensor-parallel-size 2 [--expert-parallel]]
+        [--compiled] [--tensor-parallel-size 2 [--expert-parallel]] [--max-num-seqs 1]
+        [--tokenizer DIR]
 
 With a tensor-parallel size above 1, vLLM's own distributed engine runs: the
 multiprocess executor, one worker process per rank, the ranks talking over
@@ -32,6 +33,8 @@ def main() -> None:
     parser.add_argument("--compiled", action="store_true", help="let vLLM compile the model (default: eager)")
     parser.add_argument("--tensor-parallel-size", type=int, default=1)
     parser.add_argument("--expert-parallel", action="store_true", help="vLLM's enable_expert_parallel")
+    parser.add_argument("--max-num-seqs", type=int, default=4, help="1: one request at a time, never batched")
+    parser.add_argument("--tokenizer", help="where the tokenizer is, for a checkpoint written without one")
     args = parser.parse_args()
 
     from vllm import LLM, SamplingParams
@@ -39,9 +42,10 @@ def main() -> None:
     prompts = json.loads(args.prompts)
     llm = LLM(
         model=args.model,
+        tokenizer=args.tokenizer,
         dtype=args.dtype,
         max_model_len=128,
-        max_num_seqs=4,
+        max_num_seqs=args.max_num_seqs,
         enforce_eager=not args.compiled,
         kv_cache_memory_bytes=KV_CACHE_BYTES,
         max_logprobs=-1,

@@ -1,8 +1,10 @@
-"""Emulated NVFP4 MoE layers: vLLM's compressed-tensors NVFP4 MoE method, built, loaded and routed as always.
+"""Emulated NVFP4 MoE layers: vLLM's compressed-tensors NVFP4 MoE method and ModelOpt NVFP4 MoE method, built,
+loaded and routed as always.
 
 Where no NVFP4 MoE backend fits (the CPU), the method is built with vLLM's
 EMULATION backend id and marked as ours while it is built. After loading,
-every expert projection is dequantized with its own global scale. NVFP4A16
+every expert projection is dequantized with its own per-tensor scale, as its
+checkpoint format defines it (``numerics.CheckpointFormat``). NVFP4A16
 then computes as an unquantized model does, so its experts go to vLLM's own
 unquantized MoE kernel where that can run them; W4A4, which fake-quantizes
 between the projections, runs ``emulated_experts``.
@@ -20,13 +22,19 @@ from typing import Any
 import torch
 
 from scalar_scales.patching import Patch, PatchSet
-from vllm_patch.nvfp4_emulation.numerics import dequantize_nvfp4, dequantize_rows, model_dtype
+from vllm_patch.nvfp4_emulation.numerics import (
+    COMPRESSED_TENSORS,
+    MODELOPT,
+    CheckpointFormat,
+    dequantize_rows,
+    model_dtype,
+)
 from vllm_patch.nvfp4_emulation.ops import emulated_experts
 from vllm_patch.nvfp4_emulation.refusal import emulate_on_refusal
-from vllm_patch.targets import MOE_METHOD_MODULE
+from vllm_patch.targets import MODELOPT_MODULE, MOE_METHOD_MODULE
 from vllm_patch.vllm_version import vllm_version
 
-__all__ = ["MOE_PATCHES", "EmulatedMoE", "is_emulated"]
+__all__ = ["MODELOPT_MOE_PATCHES", "MOE_PATCHES", "EmulatedMoE", "is_emulated"]
 
 
 _emulation_chosen: ContextVar[bool] = ContextVar("scalar_scales_nvfp4_emulation_chosen", default=False)
@@ -38,10 +46,11 @@ what vLLM left empty."""
 
 @dataclass(frozen=True)
 class EmulatedMoE:
-    """What an emulated MoE method was built for. ``use_a16`` is recorded here because vLLM 0.23's method takes
-    it as an argument without keeping it."""
+    """What an emulated MoE method was built for. ``use_a16`` is recorded here because vLLM 0.23's
+    compressed-tensors method takes it as an argument without keeping it."""
 
     use_a16: bool
+    checkpoint: CheckpointFormat = COMPRESSED_TENSORS
 
 
 def _emulation_backend(*args: Any, **kwargs: Any) -> tuple[Any, None]:
@@ -53,24 +62,30 @@ def _emulation_backend(*args: Any, **kwargs: Any) -> tuple[Any, None]:
     return NvFp4MoeBackend.EMULATION, None
 
 
-def _wrap_moe_init(init: Callable[..., None]) -> Callable[..., None]:
-    """``CompressedTensorsW4A4Nvfp4MoEMethod.__init__``: mark the method emulated when its backend choice was ours."""
+def _wrap_moe_init(checkpoint: CheckpointFormat) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """``CompressedTensorsW4A4Nvfp4MoEMethod.__init__`` and ``ModelOptNvFp4FusedMoE.__init__``: mark the method
+    emulated when its backend choice was ours. ``use_a16`` is the compressed-tensors method's argument, the
+    ModelOpt method's attribute."""
 
-    signature = inspect.signature(init)
+    def wrap(init: Callable[..., None]) -> Callable[..., None]:
+        signature = inspect.signature(init)
 
-    @functools.wraps(init)
-    def wrapper(self: Any, *args: Any, **kwargs: Any) -> None:
-        token = _emulation_chosen.set(False)
-        try:
-            init(self, *args, **kwargs)
-            if _emulation_chosen.get():
-                arguments = signature.bind(self, *args, **kwargs)
-                arguments.apply_defaults()
-                setattr(self, _EMULATED, EmulatedMoE(bool(arguments.arguments["use_a16"])))
-        finally:
-            _emulation_chosen.reset(token)
+        @functools.wraps(init)
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> None:
+            token = _emulation_chosen.set(False)
+            try:
+                init(self, *args, **kwargs)
+                if _emulation_chosen.get():
+                    arguments = signature.bind(self, *args, **kwargs)
+                    arguments.apply_defaults()
+                    use_a16 = arguments.arguments.get("use_a16", getattr(self, "use_a16", None))
+                    setattr(self, _EMULATED, EmulatedMoE(bool(use_a16), checkpoint))
+            finally:
+                _emulation_chosen.reset(token)
 
-    return wrapper
+        return wrapper
+
+    return wrap
 
 
 class _EmulatedExperts:
@@ -86,7 +101,8 @@ def is_emulated(method: Any) -> bool:
 
 
 def _wrap_moe_process(process: Callable[..., None]) -> Callable[..., None]:
-    """``CompressedTensorsW4A4Nvfp4MoEMethod.process_weights_after_loading``: dequantize every expert.
+    """``CompressedTensorsW4A4Nvfp4MoEMethod.process_weights_after_loading`` and ``ModelOptNvFp4FusedMoE``'s:
+    dequantize every expert projection with its own per-tensor scale (upstream keeps one for gate and up).
 
     NVFP4A16 then computes exactly as an unquantized model does, so where
     vLLM's unquantized MoE method can run the layer (``_unquantized_method``),
@@ -100,21 +116,30 @@ def _wrap_moe_process(process: Callable[..., None]) -> Callable[..., None]:
     def wrapper(self: Any, layer: torch.nn.Module) -> None:
         if not is_emulated(self):
             return process(self, layer)
+        emulated = getattr(self, _EMULATED)
+        checkpoint = emulated.checkpoint
         w13, w2 = [], []
-        for e in range(layer.w13_weight_packed.shape[0]):
-            gate_up = layer.w13_weight_packed.data[e]
+        packed_w13, packed_w2 = (getattr(layer, f"{p}_{checkpoint.packed}").data for p in ("w13", "w2"))
+        global_w13, global_w2 = (getattr(layer, f"{p}_{checkpoint.global_scale}").data for p in ("w13", "w2"))
+        for e in range(packed_w13.shape[0]):
+            gate_up = packed_w13[e]
             widths = [gate_up.shape[0] // 2] * 2
-            scales = list(layer.w13_weight_global_scale.data[e])
-            w13.append(dequantize_rows(gate_up, layer.w13_weight_scale.data[e], scales, widths))
-            w2.append(
-                dequantize_nvfp4(
-                    layer.w2_weight_packed.data[e], layer.w2_weight_scale.data[e], layer.w2_weight_global_scale.data[e]
-                )
-            )
-        for name in ("w13_weight_packed", "w13_weight_scale", "w2_weight_packed", "w2_weight_scale"):
-            delattr(layer, name)
+            scales = list(global_w13[e])
+            w13.append(dequantize_rows(gate_up, layer.w13_weight_scale.data[e], scales, widths, checkpoint.dequantize))
+            w2.append(checkpoint.dequantize(packed_w2[e], layer.w2_weight_scale.data[e], global_w2[e]))
+        activation = {
+            p: checkpoint.activation_global_scale(getattr(layer, f"{p}_{checkpoint.input_scale}").data)
+            for p in ("w13", "w2")
+            if not emulated.use_a16
+        }
+        for p in ("w13", "w2"):
+            for name in {checkpoint.packed, "weight_scale", checkpoint.global_scale, checkpoint.input_scale}:
+                if hasattr(layer, f"{p}_{name}"):
+                    delattr(layer, f"{p}_{name}")
         layer.w13_weight = torch.nn.Parameter(torch.stack(w13).to(model_dtype()), requires_grad=False)
         layer.w2_weight = torch.nn.Parameter(torch.stack(w2).to(model_dtype()), requires_grad=False)
+        for p, scale in activation.items():  # each expert's gate, up and down global scale, as the op takes them
+            setattr(layer, f"{p}_input_global_scale", torch.nn.Parameter(scale, requires_grad=False))
         unquantized = _unquantized_method(self.moe) if getattr(self, _EMULATED).use_a16 else None
         if unquantized is not None:
             unquantized.process_weights_after_loading(layer)
@@ -156,8 +181,9 @@ def _unquantized_method(moe: Any) -> Any:
 
 
 def _wrap_moe_apply(apply: Callable[..., Any]) -> Callable[..., Any]:
-    """``CompressedTensorsW4A4Nvfp4MoEMethod.apply``: run this rank's selected experts on their tokens, unless
-    vLLM's own kernel was handed them (``_wrap_moe_process``): then vLLM's ``apply`` runs it, as upstream.
+    """``CompressedTensorsW4A4Nvfp4MoEMethod.apply`` and ``ModelOptNvFp4FusedMoE.apply``: run this rank's
+    selected experts on their tokens, unless vLLM's own kernel was handed them (``_wrap_moe_process``): then
+    vLLM's ``apply`` runs it, as upstream.
 
     What vLLM's modular kernel does around its experts, we do around ours:
     shared experts are offered the same call (vLLM's runner has already run
@@ -221,7 +247,7 @@ MOE_PATCHES = PatchSet(
         Patch(
             f"{MOE_METHOD_MODULE}.CompressedTensorsW4A4Nvfp4MoEMethod",
             "__init__",
-            _wrap_moe_init,
+            _wrap_moe_init(COMPRESSED_TENSORS),
             "mark a method emulated when it is built",
             parameters=("self", "moe", "layer_name", "use_a16"),
         ),
@@ -243,3 +269,35 @@ MOE_PATCHES = PatchSet(
     check=lambda: f"vLLM {vllm_version()}",
 )
 """The MoE method's patches: what the emulation wraps, why, and the parameters it calls each original with."""
+
+
+MODELOPT_MOE_PATCHES = [
+    Patch(
+        MODELOPT_MODULE,
+        "select_nvfp4_moe_backend",
+        emulate_on_refusal(NotImplementedError, _emulation_backend),
+        "emulate where no NVFP4 MoE backend fits (ModelOpt NVFP4 and W4A16_NVFP4 experts)",
+    ),
+    Patch(
+        f"{MODELOPT_MODULE}.ModelOptNvFp4FusedMoE",
+        "__init__",
+        _wrap_moe_init(MODELOPT),
+        "mark a method emulated when it is built",
+        parameters=("self", "quant_config", "moe_config"),
+    ),
+    Patch(
+        f"{MODELOPT_MODULE}.ModelOptNvFp4FusedMoE",
+        "process_weights_after_loading",
+        _wrap_moe_process,
+        "dequantize every expert projection with its own weight_scale_2 (vLLM keeps one for gate and up)",
+        parameters=("self", "layer"),
+    ),
+    Patch(
+        f"{MODELOPT_MODULE}.ModelOptNvFp4FusedMoE",
+        "apply",
+        _wrap_moe_apply,
+        "run experts emulated",
+        parameters=("self", "layer", "x", "topk_weights", "topk_ids", "shared_experts", "shared_experts_input"),
+    ),
+]
+"""The ModelOpt NVFP4 MoE method's patches (part of the ModelOpt module's patch set, ``nvfp4_emulation``)."""

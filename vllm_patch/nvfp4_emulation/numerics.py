@@ -1,5 +1,10 @@
 """NVFP4's arithmetic as compressed-tensors does it: weights dequantized, activations fake-quantized.
 
+ModelOpt's checkpoints hold the same FP4 values and FP8 group scales; their
+per-tensor scales are the reciprocals of compressed-tensors' (a multiplier
+``weight_scale_2``, and an ``input_scale`` whose reciprocal is the global
+scale the activation fake-quantization takes, as vLLM's own kernels use it).
+
 Dequantization is compressed-tensors' own, from the release installed next
 to vLLM. The activation fake-quantization restates its arithmetic operation
 for operation, and a differential test holds it to compressed-tensors bit
@@ -8,11 +13,30 @@ for bit (tests/vllm_layers/test_emulation.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 
-from scalar_scales.nvfp4 import FP4_E2M1_MAX, FP8_E4M3_MAX, GROUP_SIZE
+from scalar_scales.nvfp4 import (
+    COMPRESSED_TENSORS_LAYOUT,
+    FP4_E2M1_MAX,
+    FP8_E4M3_MAX,
+    GROUP_SIZE,
+    MODELOPT_LAYOUT,
+    ProducerLayout,
+)
 
-__all__ = ["dequantize_nvfp4", "dequantize_rows", "fake_quantize_nvfp4_activation", "model_dtype"]
+__all__ = [
+    "COMPRESSED_TENSORS",
+    "MODELOPT",
+    "CheckpointFormat",
+    "dequantize_modelopt_nvfp4",
+    "dequantize_nvfp4",
+    "dequantize_rows",
+    "fake_quantize_nvfp4_activation",
+    "model_dtype",
+]
 
 _FP8_SCALE_EPS = 0.125
 """What compressed-tensors puts in place of a zero FP8 group scale (``_get_dtype_eps``)."""
@@ -33,12 +57,34 @@ def dequantize_nvfp4(packed: torch.Tensor, scale: torch.Tensor, global_scale: to
     )
 
 
+def dequantize_modelopt_nvfp4(packed: torch.Tensor, scale: torch.Tensor, weight_scale_2: torch.Tensor) -> torch.Tensor:
+    """One weight, as ModelOpt defines it: FP4 values × FP8 group scale × ``weight_scale_2``, in float32.
+
+    ModelOpt's per-tensor ``weight_scale_2`` (amax / (6 · 448)) multiplies;
+    compressed-tensors stores its reciprocal and divides. The packing (two
+    e2m1 codes a byte, the low nibble first) is the same, as vLLM's kernels
+    take both formats alike.
+    """
+    from compressed_tensors.compressors.nvfp4.helpers import unpack_fp4_from_uint8
+
+    rows, half = packed.shape
+    values = unpack_fp4_from_uint8(packed, rows, half * 2).to(torch.float32)
+    groups = values.unflatten(-1, (-1, GROUP_SIZE))
+    step = scale.to(torch.float32) * weight_scale_2.reshape(()).to(torch.float32)
+    return (groups * step[..., None]).flatten(-2)
+
+
 def dequantize_rows(
-    packed: torch.Tensor, scale: torch.Tensor, global_scales: list[torch.Tensor], widths: list[int]
+    packed: torch.Tensor,
+    scale: torch.Tensor,
+    global_scales: list[torch.Tensor],
+    widths: list[int],
+    dequantize: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] = dequantize_nvfp4,
 ) -> torch.Tensor:
-    """Dequantize a weight made of stacked partitions (q|k|v, gate|up), each with its own global scale."""
+    """Dequantize a weight made of stacked partitions (q|k|v, gate|up), each with its own global scale
+    (``dequantize``: :func:`dequantize_nvfp4` for compressed-tensors, :func:`dequantize_modelopt_nvfp4`)."""
     parts = zip(packed.split(widths), scale.split(widths), global_scales, strict=True)
-    return torch.cat([dequantize_nvfp4(p, s, g) for p, s, g in parts])
+    return torch.cat([dequantize(p, s, g) for p, s, g in parts])
 
 
 def fake_quantize_nvfp4_activation(x: torch.Tensor, global_scale: torch.Tensor) -> torch.Tensor:
@@ -79,3 +125,39 @@ def model_dtype() -> torch.dtype:
     them) once here keeps the conversion off every forward pass.
     """
     return torch.get_default_dtype()
+
+
+@dataclass(frozen=True)
+class CheckpointFormat:
+    """A producer's NVFP4 layout (:class:`~scalar_scales.nvfp4.ProducerLayout`: a layer's tensor names, an MoE
+    layer's after ``w13_`` or ``w2_``, and which way its per-tensor scales go) and how it dequantizes a weight."""
+
+    layout: ProducerLayout
+    dequantize: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+    @property
+    def packed(self) -> str:
+        return self.layout.weight
+
+    @property
+    def global_scale(self) -> str:
+        return self.layout.weight_global
+
+    @property
+    def input_scale(self) -> str:
+        return self.layout.input_global
+
+    def activation_global_scale(self, input_scale: torch.Tensor) -> torch.Tensor:
+        """The global scale :func:`fake_quantize_nvfp4_activation` takes, from the loaded input scale.
+
+        For ModelOpt, whose scales multiply, this is ``1 / input_scale``, what
+        vLLM's own ModelOpt path computes as ``input_global_scale_inv`` and
+        quantizes with; compressed-tensors stores it as is
+        (``input_global_scale``).
+        """
+        scale = input_scale.to(torch.float32)
+        return scale if self.layout.divisor else 1.0 / scale
+
+
+COMPRESSED_TENSORS = CheckpointFormat(COMPRESSED_TENSORS_LAYOUT, dequantize_nvfp4)
+MODELOPT = CheckpointFormat(MODELOPT_LAYOUT, dequantize_modelopt_nvfp4)
