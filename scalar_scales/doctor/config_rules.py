@@ -20,7 +20,7 @@ from scalar_scales.doctor.matching import Kind, Verdict
 from scalar_scales.doctor.rules import Found, checkpoint_rule
 from scalar_scales.doctor.view import CheckpointView
 from scalar_scales.files.header import ending_with
-from scalar_scales.nvfp4 import COMPRESSED_TENSORS
+from scalar_scales.nvfp4 import COMPRESSED_TENSORS, MODELOPT
 
 __all__ = [
     "kv_scales_missing",
@@ -116,16 +116,24 @@ def quantized_but_not_targeted(checkpoint: CheckpointView) -> Iterator[Found]:
     "load-error",
     "a module an NVFP4 group targets, stored otherwise",
     judges_classes=True,
+    elsewhere={MODELOPT: "nan-output"},
 )
 def targeted_but_not_nvfp4(checkpoint: CheckpointView) -> Iterator[Found]:
     """A linear module an NVFP4 group targets, stored
-    unquantized (or quantized another way): vLLM builds it as NVFP4 and finds a
-    `weight` it has no parameter for. `lm_head` is not judged: vLLM never
-    quantizes it under compressed-tensors. Corpus case:
-    `targeted-layer-unquantized`.
+    unquantized (or quantized another way): vLLM builds it as NVFP4. In
+    compressed-tensors' layout it finds a `weight` it has no parameter for,
+    and does not start. ModelOpt names its packed FP4 weight `weight` too, so
+    vLLM loads the stored weight's bytes as FP4 values and finds no scales for
+    them: NaN output. `lm_head` is not judged: vLLM never quantizes it under
+    compressed-tensors. Corpus case: `targeted-layer-unquantized`.
     """
     if not _judged(checkpoint):
         return
+    effect = (
+        "loads its stored weight's bytes as FP4 values (observed for an unquantized one: NaN output)"
+        if checkpoint.layout is not None and checkpoint.layout.weight_named_plainly
+        else "finds no NVFP4 tensor for it (observed: the engine does not start)"
+    )
     stored: tuple[tuple[Kind, str], ...] = (
         ("quantized", "quantized another way (its weight is not FP4)"),
         ("linear", "unquantized"),
@@ -138,7 +146,7 @@ def targeted_but_not_nvfp4(checkpoint: CheckpointView) -> Iterator[Found]:
                     tensor,
                     _file_of(checkpoint, tensor),
                     f"the NVFP4 config group {groups[0].name} targets this module, but it is stored {how}: vLLM "
-                    "builds it as NVFP4 and finds no NVFP4 tensor for it (observed: the engine does not start)",
+                    f"builds it as NVFP4 and {effect}",
                 )
 
 

@@ -31,6 +31,10 @@ def rule_reference(rule: Rule) -> str:
         "",
         f"Finds: {rule.summary}. Effect: `{rule.effect}` ({EFFECTS[rule.effect]}).",
     ]
+    lines += [
+        f"Effect on {producer} checkpoints: `{effect}` ({EFFECTS[effect]})."
+        for producer, effect in rule.elsewhere.items()
+    ]
     if rule.fix:
         lines.append(f"Fix: `{rule.fix} PATH`.")
     if rule.judges_classes:

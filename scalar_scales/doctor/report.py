@@ -205,7 +205,7 @@ class CheckReport:
                 {
                     "code": f.code,
                     "severity": f.severity,
-                    "effect": f.effect,
+                    "effect": f.rule.effect_for(scan.layout),
                     "tensor": f.tensor,
                     "file": f.file,
                     "message": f.message,

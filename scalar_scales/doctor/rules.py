@@ -10,7 +10,9 @@ it (``scalar-scales rule --all``).
 
 Each rule has an **effect**: what vLLM was seen to do with a checkpoint that
 has the finding, in the run that ``scripts/check_evidence.py`` makes of real
-``oneshot`` artifacts broken one way at a time (``docs/check-evidence.md``).
+``oneshot`` and ModelOpt artifacts broken one way at a time
+(``docs/check-evidence.md``); where ModelOpt's layout was seen to do
+otherwise, the rule says so for that layout.
 Its severity follows from the effect: a checkpoint that fails to load or
 gives NaN or wrong output is an error; one that runs less accurately, or
 that some other consumer refuses, a warning; and one every consumer serves
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import inspect
 import operator
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import chain, repeat
 from typing import Literal, NamedTuple
@@ -75,10 +77,6 @@ class Finding(NamedTuple):
     def severity(self) -> Severity:
         return self.rule.severity
 
-    @property
-    def effect(self) -> Effect:
-        return self.rule.effect
-
 
 @dataclass(frozen=True, eq=False)
 class Rule:
@@ -97,6 +95,12 @@ class Rule:
     """What makes the finding go away, where one command does."""
     judges_classes: bool = False
     producers: frozenset[Producer] = frozenset(LAYOUTS)
+    elsewhere: Mapping[Producer, Effect] = field(default_factory=dict)
+    """The layouts whose breaks vLLM was seen to treat otherwise than compressed-tensors' (``effect``), and how."""
+
+    def effect_for(self, layout: ProducerLayout | None) -> Effect:
+        """What vLLM was seen to do with a checkpoint of ``layout`` that has the finding."""
+        return self.effect if layout is None else self.elsewhere.get(layout.producer, self.effect)
 
     @property
     def explanation(self) -> str:
@@ -155,13 +159,20 @@ def _findings(rule: Rule, found: Iterable[Found]) -> Iterator[Finding]:
 
 
 def shard_rule(
-    code: str, name: str, severity: Severity, effect: Effect, summary: str, *, fix: str | None = None
+    code: str,
+    name: str,
+    severity: Severity,
+    effect: Effect,
+    summary: str,
+    *,
+    fix: str | None = None,
+    elsewhere: Mapping[Producer, Effect] | None = None,
 ) -> Callable[[Callable[[ShardView], Iterable[Found]]], ShardRule]:
     """Make the decorated function, which finds the rule in one shard's scales, a rule; its docstring is the rule's
     explanation."""
 
     def rule(find: Callable[[ShardView], Iterable[Found]]) -> ShardRule:
-        return ShardRule(code, name, severity, effect, summary, fix, find=find)
+        return ShardRule(code, name, severity, effect, summary, fix, elsewhere=elsewhere or {}, find=find)
 
     return rule
 
@@ -176,11 +187,14 @@ def checkpoint_rule(
     fix: str | None = None,
     judges_classes: bool = False,
     producers: frozenset[Producer] = frozenset(LAYOUTS),
+    elsewhere: Mapping[Producer, Effect] | None = None,
 ) -> Callable[[Callable[[CheckpointView], Iterable[Found]]], CheckpointRule]:
     """Make the decorated function, which finds the rule in the whole checkpoint, a rule; its docstring is the
     rule's explanation."""
 
     def rule(find: Callable[[CheckpointView], Iterable[Found]]) -> CheckpointRule:
-        return CheckpointRule(code, name, severity, effect, summary, fix, judges_classes, producers, find=find)
+        return CheckpointRule(
+            code, name, severity, effect, summary, fix, judges_classes, producers, elsewhere or {}, find=find
+        )
 
     return rule

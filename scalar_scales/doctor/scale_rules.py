@@ -20,6 +20,7 @@ from scalar_scales.files.header import ending_with
 from scalar_scales.nvfp4 import (
     COMPRESSED_TENSORS,
     FORMAT_VERSION_KEY,
+    MODELOPT,
     SCALAR_FORMAT_VERSION,
     SCALE_NUMERATOR,
     ProducerLayout,
@@ -141,14 +142,24 @@ def _declares_scalar(checkpoint: CheckpointView) -> bool:
     return declared is not None and declared.format_version == SCALAR_FORMAT_VERSION
 
 
-@shard_rule("NV301", "invalid-scale-value", "error", "nan-output", "a global scale that is zero, negative, NaN or Inf")
+@shard_rule(
+    "NV301",
+    "invalid-scale-value",
+    "error",
+    "nan-output",
+    "a global scale that is zero, negative, NaN or Inf",
+    elsewhere={MODELOPT: "wrong-output"},
+)
 def invalid_scale_value(shard: ShardView) -> Iterator[Found]:
     """A global scale (or another per-tensor scale that
     `--include` names) that is zero, negative, NaN or Inf.
     compressed-tensors' divisors: 0 becomes Inf (an expert calibration never
     routed a token to gets `input_global_scale` 0), Inf becomes 0, a negative
     scale flips signs, NaN makes every output NaN. ModelOpt's multipliers: 0
-    zeroes what it scales, Inf makes it Inf. Corpus case: `uncalibrated-expert`.
+    zeroes what it scales, Inf makes it Inf. Served, the uncalibrated experts
+    give NaN in compressed-tensors' layout, and other tokens in NVIDIA's
+    ModelOpt export (an `input_scale` of 0). Corpus case:
+    `uncalibrated-expert`.
     """
     numbers = _numbers(shard.values)
     if numbers is not None and (not numbers or (min(numbers) > 0.0 and max(numbers) < math.inf)):

@@ -145,3 +145,27 @@ def test_migrate_refuses_a_modelopt_scale_that_holds_more_than_one_value(tmp_pat
     assert result.returncode == 2
     assert tensor in result.stderr
     assert snapshot(checkpoint) == before
+
+
+def test_an_unquantized_target_in_an_export_is_told_as_the_engine_showed_it_nan_not_a_refusal(tmp_path):
+    """ModelOpt names its packed weight ``weight``, as an unquantized one is named (docs/check-evidence.md)."""
+    checkpoint = copy_of_export(tmp_path / "export")
+    tensor = MODELOPT_CORPUS["targeted-layer-unquantized"].make(checkpoint, MODELOPT_LAYOUT)
+    (finding,) = [f for f in checked(checkpoint)["findings"] if f["code"] == "NV603"]
+    assert (finding["tensor"], finding["effect"]) == (tensor, "nan-output")
+    assert finding["message"].endswith(
+        "vLLM builds it as NVFP4 and loads its stored weight's bytes as FP4 values (observed for an unquantized "
+        "one: NaN output)"
+    )
+
+
+def test_an_uncalibrated_expert_in_an_export_has_the_effect_the_engine_showed_other_tokens(tmp_path):
+    checkpoint = copy_of_export(tmp_path / "export")
+    MODELOPT_CORPUS["uncalibrated-expert"].make(checkpoint, MODELOPT_LAYOUT)
+    effects = {f["effect"] for f in checked(checkpoint)["findings"] if f["code"] == "NV301"}
+    assert effects == {"wrong-output"}
+
+
+def test_the_rule_reference_gives_the_effect_seen_on_modelopt_checkpoints_where_it_differs():
+    reference = run_cli("rule", "NV301").stdout
+    assert "\nEffect on modelopt checkpoints: `wrong-output` (vLLM starts and generates other tokens" in reference
