@@ -7,7 +7,10 @@ The scope is the NVFP4 per-tensor scales of the checkpoint's layout
 plus any tensors that ``include`` globs name. Values are read straight from
 the files, so that a scale of zero (an expert that never saw a calibration
 token gets ``input_global_scale`` 0.0), a negative one, NaN or Inf can be
-flagged.
+flagged. Where the config declares a quantized KV cache, the values of its
+single-value ``k_scale`` and ``v_scale`` tensors are read too, apart: only
+their values are judged (vLLM takes them in either shape, and ``migrate``
+leaves them alone), unless ``include`` names them.
 
 Shards are read one after the other, each through one descriptor
 (:meth:`~scalar_scales.sources.checkpoint.ShardSource.read_shard`), or in
@@ -42,6 +45,7 @@ from scalar_scales.sources.checkpoint import (
 from scalar_scales.sources.declaration import Declaration
 
 __all__ = [
+    "KV_SCALES",
     "NETWORK_READERS",
     "CheckpointScan",
     "IndexDisagreement",
@@ -52,6 +56,9 @@ __all__ = [
 
 NETWORK_READERS = 8
 """Shards read at once from a source on the network."""
+KV_SCALES = (".k_scale", ".v_scale")
+"""The endings of a KV-cache scale's name, in compressed-tensors' layout (``self_attn.k_scale``) and ModelOpt's
+(``self_attn.k_proj.k_scale``) alike."""
 
 
 class ScaleRecord(NamedTuple):
@@ -72,11 +79,13 @@ class ScaleRecord(NamedTuple):
 @dataclass(frozen=True)
 class ShardScan:
     """One shard as the scan read it: its header, and its per-tensor scales in scope as columns (``indices`` into
-    the header, and each one's value)."""
+    the header, and each one's value); apart, its declared KV-cache scales and their values."""
 
     header: SafetensorsHeader
     indices: list[int]
     values: list[float | None]
+    kv_indices: list[int]
+    kv_values: list[float | None]
 
     @property
     def path(self) -> Path | str:
@@ -93,6 +102,10 @@ class ShardScan:
     @cached_property
     def dtypes(self) -> list[str]:
         return list(map(self.header.dtypes.__getitem__, self.indices))
+
+    @cached_property
+    def kv_names(self) -> list[str]:
+        return list(map(self.header.names.__getitem__, self.kv_indices))
 
 
 class IndexDisagreement(NamedTuple):
@@ -146,6 +159,11 @@ class CheckpointScan:
         return sum(sum(map(str.endswith, shard.names, repeat(suffixes))) for shard in self.shards)
 
     @property
+    def kv_scale_count(self) -> int:
+        """The declared KV-cache scales whose values were read (not those ``include`` named: they are scales)."""
+        return sum(len(shard.kv_indices) for shard in self.shards)
+
+    @property
     def legacy_count(self) -> int:
         return sum(shard.shapes.count((1,)) for shard in self.shards)
 
@@ -192,20 +210,27 @@ def scan_shards(opened: OpenedCheckpoint, *, include: Sequence[str] = (), read_v
     """Read and validate every shard's header, and find and read the per-tensor scales in scope.
 
     ``read_values``: also read each scale's value (a migration needs only
-    shapes). Where the config declares no NVFP4 layout, each shard's scales
-    of either layout are read, and the checkpoint's layout is decided once
-    every shard is in (:func:`checkpoint_layout`).
+    shapes), and those of the KV-cache scales the config declares. Where the
+    config declares no NVFP4 layout, each shard's scales of either layout are
+    read, and the checkpoint's layout is decided once every shard is in
+    (:func:`checkpoint_layout`).
     """
     declared = declared_layout(opened.declared)
     candidates = (declared,) if declared is not None else tuple(LAYOUTS.values())
     suffixes = tuple(suffix for layout in candidates for suffix in layout.scale_suffixes)
     patterns = tuple(include)
+    kv = read_values and opened.declared is not None and opened.declared.kv_cache
+
+    def is_kv(header: SafetensorsHeader, i: int) -> bool:
+        return header.names[i].endswith(KV_SCALES) and header.shapes[i] in ((), (1,))
 
     def select(header: SafetensorsHeader) -> list[int]:
         chosen = ending_with(header.names, suffixes)
         if patterns:
             included = (i for i, name in enumerate(header.names) if _included(name, patterns))
             chosen = sorted({*chosen, *included})
+        if kv:
+            chosen = sorted({*chosen, *(i for i in ending_with(header.names, KV_SCALES) if is_kv(header, i))})
         return chosen
 
     def read(file: Any) -> ShardRead:
@@ -216,15 +241,17 @@ def scan_shards(opened: OpenedCheckpoint, *, include: Sequence[str] = (), read_v
     kept = () if layout is None else layout.scale_suffixes
     shards = []
     for header, indices, values in reads:
+        kv_at = {k for k, i in enumerate(indices) if is_kv(header, i)} if kv else set()
+        kv_at -= {k for k in kv_at if _included(header.names[indices[k]], patterns)}
+        keep = [k for k in range(len(indices)) if k not in kv_at]
         if declared is None:  # the candidates of the layout it is not: gone, unless included
-            keep = [
-                k
-                for k, i in enumerate(indices)
-                if header.names[i].endswith(kept) or _included(header.names[i], patterns)
-            ]
+            names = header.names
+            keep = [k for k in keep if names[indices[k]].endswith(kept) or _included(names[indices[k]], patterns)]
+        kv_indices, kv_values = [indices[k] for k in sorted(kv_at)], [values[k] for k in sorted(kv_at)]
+        if len(keep) < len(indices):
             indices, values = [indices[k] for k in keep], [values[k] for k in keep]
         _check_single_values(header, indices)
-        shards.append(ShardScan(header, indices, values))
+        shards.append(ShardScan(header, indices, values, kv_indices, kv_values))
     return CheckpointScan(opened, layout, shards)
 
 

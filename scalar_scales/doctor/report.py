@@ -112,10 +112,10 @@ class CheckReport:
             version = declared.stated_format_version
             marker = "no format_version" if version is None else f"format_version {version}"
             what = f"{declared.format_name or 'no format'}, {marker}"
-        legacy = scan.legacy_count
+        legacy, kv = scan.legacy_count, scan.kv_scale_count
         return (
             f"{scan.checkpoint.root}: {len(scan.shards)} shard(s), {what}, {_scales_text(scan)} "
-            f"({legacy} (1,), {scan.scale_count - legacy} 0-D)"
+            f"({legacy} (1,), {scan.scale_count - legacy} 0-D)" + (f", {kv} KV-cache scales" if kv else "")
         )
 
     def checked_line(self) -> str:
@@ -230,6 +230,7 @@ class CheckReport:
                 "scales": scan.scale_count,
                 "legacy": scan.legacy_count,
                 "scalar": scan.scale_count - scan.legacy_count,
+                "kv_cache_scales": scan.kv_scale_count,
                 "errors": self.errors,
                 "warnings": self.warnings,
                 "infos": self.count("info"),

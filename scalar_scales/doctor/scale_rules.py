@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import operator
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import compress, repeat
 from typing import cast
 
@@ -160,13 +160,34 @@ def invalid_scale_value(shard: ShardView) -> Iterator[Found]:
     give NaN in compressed-tensors' layout, and other tokens in NVIDIA's
     ModelOpt export (an `input_scale` of 0). Corpus case:
     `uncalibrated-expert`.
+
+    Where the config declares a quantized KV cache (`kv_cache_scheme`,
+    `kv_cache_quant_algo`), the values of its `k_scale` and `v_scale` are
+    judged too, in either shape and either layout's names. vLLM's KV-cache
+    method (0.23 to 0.33) takes both as they are only where both are above
+    0; where `v_scale` is not, it uses `k_scale` for both; where `k_scale` is
+    not, it refuses to load the model, unless both are negative, when it
+    uses 1.0. Served: NVIDIA's FP8-KV export with a `k_scale` of 0 does not
+    start, and one with a `v_scale` of 0 starts
+    (tests/engine/test_kv_cache_scales.py). The rule's effect is its corpus
+    breaks' (global scales); a KV-cache scale's message says what vLLM does
+    with it.
     """
-    numbers = _numbers(shard.values)
+    layout = shard.layout
+    yield from _invalid(shard.names, shard.values, shard.file, lambda name, v: _invalid_value_message(v, name, layout))
+    yield from _invalid(shard.kv_names, shard.kv_values, shard.file, _invalid_kv_message)
+
+
+def _invalid(
+    names: list[str], values: list[float | None], file: str, message: Callable[[str, float], str]
+) -> Iterator[Found]:
+    """The scales among ``names`` whose value is zero, negative, NaN or Inf, each with what that does."""
+    numbers = _numbers(values)
     if numbers is not None and (not numbers or (min(numbers) > 0.0 and max(numbers) < math.inf)):
         return  # as nearly every checkpoint: decided at C speed
-    for name, value in zip(shard.names, shard.values, strict=True):
+    for name, value in zip(names, values, strict=True):
         if value is not None and not 0.0 < value < math.inf:
-            yield name, shard.file, _invalid_value_message(value, _leaf(name), shard.layout)
+            yield name, file, message(name, value)
 
 
 @shard_rule(
@@ -304,7 +325,8 @@ def _legacy_message(layout: ProducerLayout | None) -> str:
     )
 
 
-def _invalid_value_message(value: float, leaf: str, layout: ProducerLayout | None) -> str:
+def _invalid_value_message(value: float, name: str, layout: ProducerLayout | None) -> str:
+    leaf = _leaf(name)
     divides = layout is None or layout.divisor
     uses = "computes with 1/scale" if divides else "multiplies by the scale"
     if math.isnan(value):
@@ -319,6 +341,23 @@ def _invalid_value_message(value: float, leaf: str, layout: ProducerLayout | Non
     if math.isinf(value):
         return f"is Inf: vLLM {uses}" + (", which zeroes what it scales" if divides else ", which is Inf")
     return f"is negative ({value!r}): vLLM {uses} and flips the sign of what this scale scales"
+
+
+def _invalid_kv_message(name: str, value: float) -> str:
+    """What vLLM's KV-cache method (``BaseKVCacheMethod.process_weights_after_loading``) does with a KV-cache scale
+    that is not above 0 or is Inf, where the KV cache is quantized."""
+    if value == math.inf:
+        return "is Inf: vLLM's quantized KV cache takes it as it is, where the other KV-cache scale is above 0"
+    shown = "NaN" if math.isnan(value) else "-Inf" if math.isinf(value) else repr(value)
+    if _leaf(name) == "k_scale":
+        return (
+            f"is {shown}: vLLM's quantized KV cache refuses to load the model (its KV-cache method asserts "
+            "k_scale > 0; observed: the engine does not start), unless v_scale is negative too, when both become 1.0"
+        )
+    return (
+        f"is {shown}: vLLM's quantized KV cache uses k_scale in its place, where k_scale is above 0 (its KV-cache "
+        "method takes the larger of the two; observed: the engine starts)"
+    )
 
 
 def _other_convention_message(value: float, leaf: str, layout: ProducerLayout) -> str:

@@ -20,11 +20,10 @@ from scalar_scales.doctor.expectations import Expectations
 from scalar_scales.doctor.matching import Kind, Verdict, module_kind
 from scalar_scales.files.header import ending_with
 from scalar_scales.nvfp4 import ProducerLayout
-from scalar_scales.scan import CheckpointScan, ShardScan
+from scalar_scales.scan import KV_SCALES, CheckpointScan, ShardScan
 
 __all__ = ["KV_SCALES", "CheckpointView", "ModuleCounts", "NvFp4Modules", "ShardView"]
 
-KV_SCALES = (".k_scale", ".v_scale")
 ModuleCounts = Counter[tuple[str | None, Kind]]
 """Modules by (the name of the NVFP4 group that quantizes them, or None; their kind)."""
 _JUDGED_KINDS: tuple[Kind, ...] = ("nvfp4", "quantized", "linear")
@@ -33,17 +32,19 @@ _JUDGED_KINDS: tuple[Kind, ...] = ("nvfp4", "quantized", "linear")
 @dataclass(frozen=True)
 class ShardView:
     """One shard's per-tensor scales in scope, as columns, and the checkpoint's layout (None: not NVFP4, only the
-    scales ``--include`` names)."""
+    scales ``--include`` names); apart, its declared KV-cache scales and their values."""
 
     file: str
     names: list[str]
     shapes: list[tuple[int, ...]]
     values: list[float | None]
     layout: ProducerLayout | None
+    kv_names: list[str]
+    kv_values: list[float | None]
 
     @classmethod
     def of(cls, shard: ShardScan, layout: ProducerLayout | None) -> ShardView:
-        return cls(str(shard.path), shard.names, shard.shapes, shard.values, layout)
+        return cls(str(shard.path), shard.names, shard.shapes, shard.values, layout, shard.kv_names, shard.kv_values)
 
 
 @dataclass(frozen=True)

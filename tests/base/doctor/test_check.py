@@ -286,6 +286,7 @@ def test_json_has_findings_and_a_summary(checkpoint):
         "scales": 48,
         "legacy": 48,
         "scalar": 0,
+        "kv_cache_scales": 0,
         "errors": 1,
         "warnings": 48,
         "infos": 0,
