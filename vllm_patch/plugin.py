@@ -20,7 +20,7 @@ from scalar_scales.import_hook import once_imported
 from scalar_scales.patching import UnsupportedUpstreamError
 from vllm_patch.loaders import LOADER_PATCHES
 from vllm_patch.platform_gate import current_platform, should_emulate
-from vllm_patch.targets import EMULATED_MODULES, LOADER_MODULES
+from vllm_patch.targets import LOADER_MODULES, emulated_modules
 from vllm_patch.vllm_logging import vllm_logger
 from vllm_patch.vllm_version import vllm_version
 
@@ -45,7 +45,7 @@ def register() -> None:
             return
         once_imported(LOADER_MODULES, _never_raising(apply, "could not patch the MoE loader"))
         if should_emulate(current_platform()):
-            for module in EMULATED_MODULES:
+            for module in emulated_modules(vllm_version()):
                 once_imported([module], functools.partial(apply_emulation, module))
     except Exception as error:  # reported, never raised into vLLM's start
         vllm_logger().warning("scalar-scales: vLLM %s: not registered (%s); nothing patched", vllm_version(), error)
@@ -82,7 +82,7 @@ def apply() -> list[str]:
 
 
 def apply_emulation(module: str) -> None:
-    """Patch one vLLM module (of ``targets.EMULATED_MODULES``) for NVFP4 emulation; never raises into vLLM.
+    """Patch one vLLM module (of ``targets.emulated_modules``) for NVFP4 emulation; never raises into vLLM.
 
     The wrappers act only where vLLM refuses NVFP4 on the CPU platform. A
     vLLM whose NVFP4 code we do not recognise gets a warning line and no

@@ -11,6 +11,8 @@ from scalar_scales_testkit.roundtrip import checkpoint_tensors
 from scalar_scales_testkit.vllm_layers import compressed_tensors_fake_quantize
 from vllm_patch import nvfp4_emulation
 from vllm_patch.nvfp4_emulation import MOE_PATCHES
+from vllm_patch.targets import emulated_modules
+from vllm_patch.vllm_version import vllm_version
 
 PREFIX = "model.layers.0.mlp.experts.3.down_proj"
 PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
@@ -51,7 +53,7 @@ def test_activation_fake_quantization_uses_the_global_scale(legacy_nvfp4):
     assert not torch.equal(once, nvfp4_emulation.fake_quantize_nvfp4_activation(x, scale * 4))
 
 
-@pytest.mark.parametrize("module", list(nvfp4_emulation.EMULATION_PATCHES))
+@pytest.mark.parametrize("module", emulated_modules(vllm_version()))
 def test_emulation_patches_revert_exactly(module):
     patches = nvfp4_emulation.EMULATION_PATCHES[module].patches
     originals = [vars(import_dotted(p.owner))[p.attribute] for p in patches]

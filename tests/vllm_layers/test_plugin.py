@@ -17,7 +17,7 @@ import vllm_patch
 from scalar_scales.patching import import_dotted
 from scalar_scales_testkit.vllm_layers import changed_vllm, is_routed_experts
 from vllm_patch.loaders import plan_loader_patches
-from vllm_patch.targets import EMULATED_MODULES
+from vllm_patch.targets import EMULATED_MODULES, MODELOPT_MODULE, emulated_modules
 
 # vLLM 0.32 configures its log handlers when an engine starts; a bare discovery needs one to show INFO.
 DISCOVER = (
@@ -246,3 +246,13 @@ def test_the_emulation_is_chosen_on_the_cpu_platform_only():
 
     assert should_emulate(CpuPlatform())
     assert not should_emulate(UnspecifiedPlatform())
+
+
+@pytest.mark.parametrize(
+    ("version", "watched"), [("0.23.0", False), ("0.32.0", True), ("0.33.0", True), ("unknown", False)]
+)
+def test_modelopts_methods_are_emulated_from_the_first_vllm_release_whose_classes_the_emulation_patches(
+    version, watched
+):
+    assert (MODELOPT_MODULE in emulated_modules(version)) == watched
+    assert set(emulated_modules(version)) >= set(EMULATED_MODULES) - {MODELOPT_MODULE}
