@@ -3,8 +3,12 @@
     OMP_NUM_THREADS=1 python benchmarks/serve_cpu.py ARTIFACTS [--rounds 3] [--tokens 64] [--baseline TREE]
 
 ARTIFACTS is a folder from scripts/make_artifacts.py (bf16/ and
-ct-<version>/NVFP4-legacy, NVFP4A16-legacy). Run it in the serving
-environment. NVFP4 is also served with tensor parallelism 2 (vLLM's
+ct-<version>/NVFP4-legacy, NVFP4A16-legacy) and
+scripts/make_modelopt_artifacts.py (modelopt/nvfp4 and modelopt/w4a16:
+NVIDIA's exporter on the same toy, whose unquantized weights are bf16/'s).
+Run it in the serving environment. ModelOpt's exports run in bf16, the one
+dtype of the two vLLM takes them in that the CPU runs well, against the
+unquantized model and compressed-tensors' NVFP4 in bf16. NVFP4 is also served with tensor parallelism 2 (vLLM's
 multiprocess executor, a worker per core). Each measurement is a fresh process, as a server would be:
 engine start-up (the ``vllm.LLM`` constructor, after imports) and decode
 throughput (4 prompts, greedy, ``--tokens`` new tokens each, EOS ignored).
@@ -21,6 +25,8 @@ The ratio is taken in float32: in a sandbox of this project the unquantized
 bf16 baseline died with SIGILL in vLLM's AMX MoE kernel (the CPU reported AMX,
 the OS did not grant it). W4A4 does not use that kernel, and NVFP4A16 only
 where the OS grants AMX; an emulated W4A4 bf16 row is printed for reference.
+ModelOpt's ratios need the unquantized bf16 row, so a CPU that reports AMX
+its OS does not grant cannot take them.
 """
 
 from __future__ import annotations
@@ -121,7 +127,10 @@ def main() -> None:
         "unquantized float32": (args.artifacts / "bf16", "float32"),
         "NVFP4 emulated float32": (producer / "NVFP4-legacy", "float32"),
         "NVFP4A16 emulated float32": (producer / "NVFP4A16-legacy", "float32"),
+        "unquantized bf16": (args.artifacts / "bf16", "bfloat16"),
         "NVFP4 emulated bf16": (producer / "NVFP4-legacy", "bfloat16"),
+        "ModelOpt NVFP4 emulated bf16": (args.artifacts / "modelopt" / "nvfp4", "bfloat16"),
+        "ModelOpt W4A16 emulated bf16": (args.artifacts / "modelopt" / "w4a16", "bfloat16"),
         "NVFP4 emulated float32 TP=2": (producer / "NVFP4-legacy", "float32", 2),
         "NVFP4 vLLM linear emulation": (producer / "NVFP4-legacy", "float32", 1, "vllm"),
     }
@@ -141,16 +150,23 @@ def main() -> None:
     base = "unquantized float32"
     print(f"toy Qwen3-MoE, vLLM CPU, {args.rounds} rounds, 4 prompts x {args.tokens} tokens, medians")
     print("ratios against the unquantized model; TP=2 also against NVFP4 emulated float32 at TP=1 (below)")
-    print(f"{'model':28} {'start-up s':>10} {'tokens/s':>9} {'start ratio':>11} {'tok/s ratio':>11}")
+    print(f"{'model':32} {'start-up s':>10} {'tokens/s':>9} {'start ratio':>11} {'tok/s ratio':>11}")
     for name in names:
         startup, rate = median(name, "startup_s"), median(name, "tokens_per_s")
         print(
-            f"{name:28} {startup:10.2f} {rate:9.1f} {startup / median(base, 'startup_s'):11.2f} "
+            f"{name:32} {startup:10.2f} {rate:9.1f} {startup / median(base, 'startup_s'):11.2f} "
             f"{rate / median(base, 'tokens_per_s'):11.2f}"
         )
     single, split = "NVFP4 emulated float32", "NVFP4 emulated float32 TP=2"
     startup, rate = (median(split, key) / median(single, key) for key in ("startup_s", "tokens_per_s"))
     print(f"TP=2 / TP=1 (NVFP4 emulated float32): start-up {startup:.2f}, tokens/s {rate:.2f}")
+    for name, other in (
+        ("ModelOpt NVFP4 emulated bf16", "unquantized bf16"),
+        ("ModelOpt W4A16 emulated bf16", "unquantized bf16"),
+        ("ModelOpt NVFP4 emulated bf16", "NVFP4 emulated bf16"),
+    ):
+        startup, rate = (median(name, key) / median(other, key) for key in ("startup_s", "tokens_per_s"))
+        print(f"{name} / {other}: start-up {startup:.2f}, tokens/s {rate:.2f}")
     theirs, ours = "NVFP4 vLLM linear emulation", "NVFP4 emulated float32"
     rate = median(theirs, "tokens_per_s") / median(ours, "tokens_per_s")
     print(
