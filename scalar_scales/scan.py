@@ -243,12 +243,12 @@ def scan_shards(opened: OpenedCheckpoint, *, include: Sequence[str] = (), read_v
     for header, indices, values in reads:
         kv_at = {k for k, i in enumerate(indices) if is_kv(header, i)} if kv else set()
         kv_at -= {k for k in kv_at if _included(header.names[indices[k]], patterns)}
-        keep = [k for k in range(len(indices)) if k not in kv_at]
-        if declared is None:  # the candidates of the layout it is not: gone, unless included
-            names = header.names
-            keep = [k for k in keep if names[indices[k]].endswith(kept) or _included(names[indices[k]], patterns)]
         kv_indices, kv_values = [indices[k] for k in sorted(kv_at)], [values[k] for k in sorted(kv_at)]
-        if len(keep) < len(indices):
+        if kv_at or declared is None:  # as nearly every checkpoint is not: the columns are kept as read
+            names = header.names
+            keep = [k for k in range(len(indices)) if k not in kv_at]
+            if declared is None:  # the candidates of the layout it is not: gone, unless included
+                keep = [k for k in keep if names[indices[k]].endswith(kept) or _included(names[indices[k]], patterns)]
             indices, values = [indices[k] for k in keep], [values[k] for k in keep]
         _check_single_values(header, indices)
         shards.append(ShardScan(header, indices, values, kv_indices, kv_values))
