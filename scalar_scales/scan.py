@@ -243,7 +243,8 @@ def scan_shards(opened: OpenedCheckpoint, *, include: Sequence[str] = (), read_v
     for header, indices, values in reads:
         kv_at = {k for k, i in enumerate(indices) if is_kv(header, i)} if kv else set()
         kv_at -= {k for k in kv_at if _included(header.names[indices[k]], patterns)}
-        kv_indices, kv_values = [indices[k] for k in sorted(kv_at)], [values[k] for k in sorted(kv_at)]
+        apart = sorted(kv_at)
+        kv_indices, kv_values = [indices[k] for k in apart], [values[k] for k in apart]
         if kv_at or declared is None:  # as nearly every checkpoint is not: the columns are kept as read
             names = header.names
             keep = [k for k in range(len(indices)) if k not in kv_at]

@@ -52,9 +52,7 @@ class EmulatedNvfp4LinearKernel:
         weight = dequantize_rows(packed, layer.weight_scale.data, global_scales, widths, checkpoint.dequantize)
         input_scale = getattr(layer, checkpoint.input_scale, None)
         activation = None if self.use_a16 else checkpoint.activation_global_scale(input_scale.data)
-        for name in {checkpoint.packed, "weight_scale", checkpoint.global_scale, checkpoint.input_scale}:
-            if hasattr(layer, name):
-                delattr(layer, name)
+        checkpoint.drop_tensors(layer)
         layer.weight = torch.nn.Parameter(weight.to(model_dtype()), requires_grad=False)
         if activation is not None:
             layer.input_global_scale = torch.nn.Parameter(activation, requires_grad=False)

@@ -133,14 +133,12 @@ def _wrap_moe_process(process: Callable[..., None]) -> Callable[..., None]:
             if not emulated.use_a16
         }
         for p in ("w13", "w2"):
-            for name in {checkpoint.packed, "weight_scale", checkpoint.global_scale, checkpoint.input_scale}:
-                if hasattr(layer, f"{p}_{name}"):
-                    delattr(layer, f"{p}_{name}")
+            checkpoint.drop_tensors(layer, f"{p}_")
         layer.w13_weight = torch.nn.Parameter(torch.stack(w13).to(model_dtype()), requires_grad=False)
         layer.w2_weight = torch.nn.Parameter(torch.stack(w2).to(model_dtype()), requires_grad=False)
         for p, scale in activation.items():  # each expert's gate, up and down global scale, as the op takes them
             setattr(layer, f"{p}_input_global_scale", torch.nn.Parameter(scale, requires_grad=False))
-        unquantized = _unquantized_method(self.moe) if getattr(self, _EMULATED).use_a16 else None
+        unquantized = _unquantized_method(self.moe) if emulated.use_a16 else None
         if unquantized is not None:
             unquantized.process_weights_after_loading(layer)
             self.experts_cls, self.moe_kernel = unquantized.experts_cls, unquantized.moe_kernel

@@ -147,6 +147,13 @@ class CheckpointFormat:
     def input_scale(self) -> str:
         return self.layout.input_global
 
+    def drop_tensors(self, layer: torch.nn.Module, prefix: str = "") -> None:
+        """Remove the layer's NVFP4 tensors (an MoE layer's: after ``prefix``, ``w13_`` or ``w2_``), those it has,
+        once they are dequantized."""
+        for leaf in self.layout.leaves:
+            if hasattr(layer, prefix + leaf):
+                delattr(layer, prefix + leaf)
+
     def activation_global_scale(self, input_scale: torch.Tensor) -> torch.Tensor:
         """The global scale :func:`fake_quantize_nvfp4_activation` takes, from the loaded input scale.
 
