@@ -97,12 +97,14 @@ class ShardSource(Protocol):
 @dataclass(frozen=True)
 class OpenedCheckpoint:
     """A checkpoint ready to scan: where its files are, its parsed ``config.json`` and ``hf_quant_config.json``
-    (None without one), and the source that reads its shards."""
+    (None without one), the source that reads its shards, and, for a Hub repository, the commit every file was
+    read at (None for local files)."""
 
     location: CheckpointLocation
     config: dict[str, Any] | None
     source: ShardSource
     modelopt_config: dict[str, Any] | None = None
+    commit: str | None = None
 
     @cached_property
     def declared(self) -> Declaration | None:

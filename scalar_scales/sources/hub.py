@@ -374,4 +374,4 @@ def open_hub_checkpoint(address: str) -> OpenedCheckpoint:
         weight_map=weight_map,
         modelopt_config=shards.label(MODELOPT_CONFIG_NAME) if modelopt_config is not None else None,
     )
-    return OpenedCheckpoint(checkpoint, config, shards, modelopt_config)
+    return OpenedCheckpoint(checkpoint, config, shards, modelopt_config, commit)
