@@ -4,11 +4,18 @@ It never imports torch and has no dependency (``check hf://`` needs the
 ``hub`` extra). The demo, which needs llm-compressor, is the producer
 package's own command (``scalar-scales-demo``).
 
+``check`` prints text for people, or (``--output-format``) a versioned JSON
+document, GitHub Actions annotations, or SARIF 2.1.0 (docs/check.md).
+
 Exit codes (docs/check.md, docs/migrate.md), on every path:
 
-- 0: done; ``check`` found no error (warnings may be present);
-- 1: ``check`` found an error (with ``--strict``, also a warning);
-- 2: refused, and nothing changed: the command line, or a file, is wrong;
+- 0: done; ``check`` found no error (warnings may be present), or
+  ``--exit-zero`` was given;
+- 1: ``check`` found an error (with ``--strict``, also a warning), and
+  ``--exit-zero`` was not given;
+- 2: refused, and nothing changed: the command line, or a file, is wrong
+  (``--exit-zero`` too); an unknown option or command is named with the
+  nearest one, and an abbreviated option is refused;
 - 3: ``migrate`` changed shards, then an error or an interrupt stopped it;
   the line says how many, and a rerun finishes;
 - 130, 143: interrupted (SIGINT, SIGTERM) before anything changed.
@@ -21,9 +28,11 @@ and a reader that went away (``| head``) does not change the exit code.
 from __future__ import annotations
 
 import argparse
+import difflib
 import gc
 import json
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -32,14 +41,18 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from scalar_scales.doctor import (
+    OUTPUT_FORMATS,
     RULES,
     SHOWN_PER_RULE,
     CheckReport,
+    OutputFormat,
     diagnose,
     reference_document,
+    render,
     rule_reference,
     selected_codes,
 )
+from scalar_scales.doctor.report.text import WIDTH
 from scalar_scales.environment import SwitchValueError
 from scalar_scales.errors import CheckpointError, Interrupted, StoppedAfterWriting, escaped
 from scalar_scales.nvfp4 import MODELOPT
@@ -61,13 +74,34 @@ STOPPED_AFTER_WRITING = 3
 
 
 class _Parser(argparse.ArgumentParser):
-    """A usage error is one line naming the command, and exit 2."""
+    """A usage error is one line naming the command, and exit 2. No option is taken from an abbreviation
+    (``--sh`` is not ``--show-all``): an option that a later release adds must not change what a script's
+    abbreviation means."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(REFUSED, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
+    def refuse_unknown(self, unknown: list[str]) -> None:
+        """Refuse arguments no parser took, naming the first and, for an option, the nearest this command has."""
+        first = unknown[0]
+        if not first.startswith("-"):
+            self.error(f"unrecognized argument {first!r}")
+        options = [option for action in self._actions for option in action.option_strings]
+        self.error(f"unrecognized argument {first}{_suggestion(first.partition('=')[0], options)}")
 
-def _build_parser() -> argparse.ArgumentParser:
+
+def _suggestion(given: str, known: Sequence[str]) -> str:
+    """``; did you mean X?`` for the one known word ``given`` abbreviates, else the nearest, else nothing."""
+    starting = [word for word in known if word.startswith(given)]
+    near = starting if len(starting) == 1 else difflib.get_close_matches(given, known, n=1)
+    return f"; did you mean {near[0]}?" if near else ""
+
+
+def _build_parser() -> _Parser:
     parser = _Parser(prog="scalar-scales", description=DESCRIPTION)
     parser.add_argument("--version", action=_Version, nargs=0, help="print the version and exit")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -80,8 +114,8 @@ def _build_parser() -> argparse.ArgumentParser:
         "other producer's convention and fused partners with different scales (NV3), weight_scale shapes and "
         "dtypes (NV4), an index that disagrees with its shards (NV5), and what config.json declares against what "
         "the shards hold: ignored or untargeted NVFP4 modules, input scales of weight-only groups, KV-cache scales, "
-        "undeclared NVFP4 (NV6). Exit 0 when no error is found, 1 when one is (with --strict, also a warning), 2 "
-        "when the checkpoint is unreadable.",
+        "undeclared NVFP4 (NV6). Exit 0 when no error is found (or with --exit-zero), 1 when one is (with --strict, "
+        "also a warning), 2 when the checkpoint is unreadable or the command line is wrong.",
     )
     check.set_defaults(parser=check)
     check.add_argument("path", help="checkpoint folder, .safetensors file, or hf://ORG/NAME[@REVISION]")
@@ -89,13 +123,23 @@ def _build_parser() -> argparse.ArgumentParser:
         "--select", action="append", default=[], metavar="CODE", help="only these rules (codes or prefixes: NV1, NV301)"
     )
     check.add_argument("--ignore", action="append", default=[], metavar="CODE", help="not these rules")
-    check.add_argument("--json", action="store_true", help="machine-readable output")
+    check.add_argument(
+        "--output-format",
+        choices=OUTPUT_FORMATS,
+        default=None,
+        help="text (default), json (a versioned document), github (GitHub Actions annotations) or sarif (SARIF "
+        "2.1.0, for code scanning)",
+    )
+    check.add_argument("--json", action="store_true", help="the same as --output-format json")
+    check.add_argument(
+        "--exit-zero", action="store_true", help="exit 0 even when errors are found (2 still means refused)"
+    )
     check.add_argument("--strict", action="store_true", help="also exit 1 on warnings")
     check.add_argument("--list", action="store_true", help="also list every per-tensor scale with its shape and value")
     check.add_argument(
         "--show-all", action="store_true", help=f"every finding, not the first {SHOWN_PER_RULE} of each rule"
     )
-    check.add_argument("-q", "--quiet", action="store_true", help="print only the summary line")
+    check.add_argument("-q", "--quiet", action="store_true", help="print only the summary line (text output)")
     check.add_argument("--include", action="append", default=[], metavar="GLOB", help="also these per-tensor scales")
 
     rule = commands.add_parser(
@@ -158,7 +202,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if hasattr(stream, "reconfigure"):  # a text stream (not one a caller put there)
             stream.reconfigure(errors="backslashreplace")
     parser = _build_parser()
-    args = parser.parse_args(argv)
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    _refuse_unknown_command(parser, arguments)
+    args, unknown = parser.parse_known_args(arguments)
+    if unknown:
+        command_parser: _Parser = getattr(args, "parser", parser)
+        command_parser.refuse_unknown(unknown)
     args.own_process = argv is None
     if args.command is None:
         parser.print_help()
@@ -174,6 +223,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stderr.flush()
             os._exit(code)
         return code
+
+
+def _refuse_unknown_command(parser: argparse.ArgumentParser, arguments: list[str]) -> None:
+    """Refuse a command that is not one, naming the nearest (``chek``: did you mean check?). The command is the
+    first argument that is not an option: the command line's own options take no value."""
+    commands = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+    names = list(commands[0].choices) if commands else []
+    given = next((argument for argument in arguments if not argument.startswith("-")), None)
+    if given is not None and given not in names:
+        suggestion = _suggestion(given, names) or f"; the commands are {', '.join(names)}"
+        parser.error(f"unknown command {given!r}{suggestion}")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -245,13 +305,18 @@ def _check(args: argparse.Namespace) -> int:
         codes = selected_codes(args.select, args.ignore)
     except ValueError as exc:
         args.parser.error(str(exc))
+    output_format: OutputFormat = args.output_format or ("json" if args.json else "text")
+    if args.json and output_format != "json":
+        args.parser.error(f"--json is --output-format json; it cannot be given with --output-format {output_format}")
     opened = open_checkpoint(args.path)
     fetched = opened.source if isinstance(opened.source, HubShards) else None
-    report = CheckReport(diagnose(opened, include=args.include, codes=codes), args.strict, fetched)
-    if args.json:
-        _emit(json.dumps(report.document(with_scales=args.list), indent=2, allow_nan=False))
+    diagnosis = diagnose(opened, include=args.include, codes=codes)
+    report = CheckReport(diagnosis, args.strict, fetched, exit_zero=args.exit_zero)
+    width = min(WIDTH, shutil.get_terminal_size((WIDTH, 24)).columns)
+    lines = render(report, output_format, show_all=args.show_all, with_scales=args.list, quiet=args.quiet, width=width)
+    if output_format in ("json", "sarif"):
+        _emit("\n".join(lines))  # JSON escapes every control character itself
     else:
-        lines = [report.summary()] if args.quiet else report.lines(show_all=args.show_all, with_scales=args.list)
         _emit_lines(lines)
     return report.exit_code
 

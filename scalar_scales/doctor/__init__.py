@@ -3,15 +3,15 @@
 :mod:`.module_rules`, index rules :mod:`.index_rules`, config rules :mod:`.config_rules`) over what they look at
 (:mod:`.view`); what a config declares of each module (:mod:`.expectations`, matched as the producer matches,
 :mod:`.matching` and :mod:`.patterns`); every rule applied (:mod:`.diagnosis`); what the command prints
-(:mod:`.report`), and each rule's reference (:mod:`.reference`, docs/rules.md). docs/check.md says how the rules
-are applied, and docs/check-evidence.md what vLLM was seen to do with each."""
+(:mod:`.report`, in each output format), and each rule's reference (:mod:`.reference`, docs/rules.md).
+docs/check.md says how the rules are applied, and docs/check-evidence.md what vLLM was seen to do with each."""
 
 from scalar_scales.doctor.catalogue import RULES, selected_codes
 from scalar_scales.doctor.diagnosis import Diagnosis, diagnose
 from scalar_scales.doctor.expectations import Expectations, expectations_of
 from scalar_scales.doctor.matching import Kind, Matcher, module_kind
 from scalar_scales.doctor.reference import reference_document, rule_reference
-from scalar_scales.doctor.report import SHOWN_PER_RULE, CheckReport, json_number
+from scalar_scales.doctor.report import OUTPUT_FORMATS, SHOWN_PER_RULE, CheckReport, OutputFormat, json_number, render
 from scalar_scales.doctor.rules import (
     EFFECTS,
     SEVERITIES,
@@ -26,6 +26,7 @@ from scalar_scales.doctor.view import CheckpointView, ShardView
 
 __all__ = [
     "EFFECTS",
+    "OUTPUT_FORMATS",
     "RULES",
     "SEVERITIES",
     "SHOWN_PER_RULE",
@@ -38,6 +39,7 @@ __all__ = [
     "Finding",
     "Kind",
     "Matcher",
+    "OutputFormat",
     "Rule",
     "Severity",
     "ShardRule",
@@ -47,6 +49,7 @@ __all__ = [
     "json_number",
     "module_kind",
     "reference_document",
+    "render",
     "rule_reference",
     "selected_codes",
 ]

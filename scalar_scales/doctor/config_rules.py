@@ -76,8 +76,8 @@ def quantized_but_ignored(checkpoint: CheckpointView) -> Iterator[Found]:
             yield (
                 tensor,
                 _file_of(checkpoint, tensor),
-                f"stored as NVFP4, but the config's {what} leaves the module unquantized{mtp}: vLLM builds it "
-                "unquantized and finds no weight of that name (observed: the engine does not start)",
+                f"stored as NVFP4, but the config's {what} leaves the module unquantized{mtp}",
+                "vLLM builds it unquantized and finds no weight of that name (observed: the engine does not start)",
             )
 
 
@@ -104,8 +104,8 @@ def quantized_but_not_targeted(checkpoint: CheckpointView) -> Iterator[Found]:
             yield (
                 tensor,
                 _file_of(checkpoint, tensor),
-                "stored as NVFP4, but no NVFP4 config group targets the module: vLLM builds it unquantized and finds "
-                "no weight of that name (observed: the engine does not start)",
+                "stored as NVFP4, but no NVFP4 config group targets the module",
+                "vLLM builds it unquantized and finds no weight of that name (observed: the engine does not start)",
             )
 
 
@@ -145,8 +145,8 @@ def targeted_but_not_nvfp4(checkpoint: CheckpointView) -> Iterator[Found]:
                 yield (
                     tensor,
                     _file_of(checkpoint, tensor),
-                    f"the NVFP4 config group {groups[0].name} targets this module, but it is stored {how}: vLLM "
-                    f"builds it as NVFP4 and {effect}",
+                    f"the NVFP4 config group {groups[0].name} targets this module, but it is stored {how}",
+                    f"vLLM builds it as NVFP4 and {effect}",
                 )
 
 
@@ -181,9 +181,8 @@ def input_scale_for_weight_only(checkpoint: CheckpointView) -> Iterator[Found]:
             yield (
                 names[i],
                 checkpoint.file_of(i),
-                f"stored, but the module's config group {groups[0].name} does not quantize activations "
-                f"(weight-only): vLLM has no {layout.input_global} parameter for it (observed: the engine does not "
-                "start)",
+                f"stored, but the module's config group {groups[0].name} does not quantize activations (weight-only)",
+                f"vLLM has no {layout.input_global} parameter for it (observed: the engine does not start)",
             )
 
 
@@ -207,7 +206,8 @@ def kv_scales_missing(checkpoint: CheckpointView) -> Iterator[Found]:
             None,
             declared.source or "config.json",
             "the config declares quantized KV-cache scales (kv_cache_scheme, kv_cache_quant_algo), but no shard holds "
-            "a k_scale or v_scale: vLLM starts and serves without them (observed: other tokens)",
+            "a k_scale or v_scale",
+            "vLLM starts and serves without them (observed: other tokens)",
         )
 
 
@@ -229,7 +229,8 @@ def kv_scales_undeclared(checkpoint: CheckpointView) -> Iterator[Found]:
             None,
             declared.source or "config.json",
             f"{checkpoint.kv_scales} k_scale/v_scale tensors are stored, but the config declares no KV-cache "
-            "quantization: vLLM serves the checkpoint as without them (observed)",
+            "quantization",
+            "vLLM serves the checkpoint as without them (observed)",
         )
 
 
@@ -254,6 +255,7 @@ def nvfp4_undeclared(checkpoint: CheckpointView) -> Iterator[Found]:
     yield (
         None,
         declared.source or "config.json",
-        f"the shards hold {modules} NVFP4 modules in the {layout.producer} layout, but the config {says}: vLLM builds "
-        "those modules unquantized and finds no weight of the names they have (observed: the engine does not start)",
+        f"the shards hold {modules} NVFP4 modules in the {layout.producer} layout, but the config {says}",
+        "vLLM builds those modules unquantized and finds no weight of the names they have (observed: the engine does "
+        "not start)",
     )

@@ -24,9 +24,13 @@ def index_names_missing_tensor(checkpoint: CheckpointView) -> Iterator[Found]:
     index's names does not find it. `migrate` refuses such a checkpoint (exit 2).
     Corpus case: `index-names-a-missing-tensor`.
     """
+    why = (
+        "vLLM loads every tensor of the files the index lists, so it serves the checkpoint as without the entry; a "
+        "tool that looks tensors up by the index's names does not find it"
+    )
     for found in checkpoint.scan.index_disagreements:
         if found.listed:
-            yield found.tensor, str(found.file), found.problem
+            yield found.tensor, str(found.file), found.problem, why
 
 
 @checkpoint_rule("NV502", "tensor-not-in-index", "warning", "none", "a shard holds a tensor the index does not name")
@@ -36,6 +40,7 @@ def tensor_not_in_index(checkpoint: CheckpointView) -> Iterator[Found]:
     `migrate` refuses such a checkpoint (exit 2). Corpus case:
     `index-forgot-a-tensor`.
     """
+    why = "vLLM loads it anyway; a tool that reads only what the index names leaves it out"
     for found in checkpoint.scan.index_disagreements:
         if not found.listed:
-            yield found.tensor, str(found.file), found.problem
+            yield found.tensor, str(found.file), found.problem, why

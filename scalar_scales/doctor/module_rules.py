@@ -89,11 +89,11 @@ def _missing(
     column = modules.members.get(leaf, [])
     if absent not in column:
         return
-    message = _missing_message(leaf, layout)
+    why = _missing_why(leaf, layout)
     packed = modules.members[layout.weight]
     for base, at, weight in zip(modules.bases, column, packed, strict=True):
         if at == absent and (needs is None or needs(base)):
-            yield f"{base}.{leaf}", checkpoint.file_of(weight), message
+            yield f"{base}.{leaf}", checkpoint.file_of(weight), "missing", why
 
 
 @checkpoint_rule(
@@ -139,7 +139,7 @@ def weight_scale_shape(checkpoint: CheckpointView) -> Iterator[Found]:
             yield (
                 f"{base}.{layout.weight_scale}",
                 checkpoint.file_of(scale),
-                f"shape {list(shapes[scale])}, but {layout.weight} {list(packed)} with group size {size} {needs}: "
+                f"shape {list(shapes[scale])}, but {layout.weight} {list(packed)} with group size {size} {needs}",
                 "vLLM loads it without refusing, and what the parameter does not get stays uninitialised (observed: "
                 "the engine starts, and its output is NaN or other tokens, as that memory varies)",
             )
@@ -162,7 +162,7 @@ def wrong_dtype(checkpoint: CheckpointView) -> Iterator[Found]:
         expected = layout.dtypes[leaf]
         for base, at in zip(modules.bases, column, strict=True):
             if at != absent and dtypes[at] != expected:
-                yield f"{base}.{leaf}", checkpoint.file_of(at), _dtype_message(leaf, dtypes[at], layout)
+                yield (f"{base}.{leaf}", checkpoint.file_of(at), *_dtype_message(leaf, dtypes[at], layout))
 
 
 def _scale_shape(packed: tuple[int, ...], group_size: int) -> tuple[int, ...] | None:
@@ -173,23 +173,22 @@ def _scale_shape(packed: tuple[int, ...], group_size: int) -> tuple[int, ...] | 
     return (*packed[:-1], packed[-1] * 2 // group_size)
 
 
-def _missing_message(leaf: str, layout: ProducerLayout) -> str:
+def _missing_why(leaf: str, layout: ProducerLayout) -> str:
     has = f"the module has {layout.weight} (U8, packed FP4)"
     if leaf == layout.input_global:
-        why = (
+        return (
             "the config quantizes the module's activations (W4A4), "
             f"but it has no {leaf}: vLLM quantizes them with the uninitialised parameter (torch.empty; "
             f"{_UNINITIALISED}; vLLM #45212)"
         )
-        return f"missing: {why}"
     what = "per-group scales" if leaf == layout.weight_scale else "weight global scale"
     return (
-        f"missing: {has} but no {what}; vLLM leaves the parameter uninitialised (torch.empty) and dequantizes "
+        f"{has} but no {what}; vLLM leaves the parameter uninitialised (torch.empty) and dequantizes "
         f"with whatever that memory held (vLLM PR 54444; {_UNINITIALISED})"
     )
 
 
-def _dtype_message(leaf: str, dtype: str, layout: ProducerLayout) -> str:
+def _dtype_message(leaf: str, dtype: str, layout: ProducerLayout) -> tuple[str, str]:
     expected = layout.dtypes[leaf]
     if leaf == layout.weight:
         effect = (
@@ -200,4 +199,4 @@ def _dtype_message(leaf: str, dtype: str, layout: ProducerLayout) -> str:
         effect = "vLLM's parameter is float8_e4m3fn and copy_ converts the values into it (observed: NaN output)"
     else:
         effect = f"{layout.producer} writes float32; vLLM converts this one to float32 on load"
-    return f"dtype {dtype}, not {expected}: {effect}"
+    return f"dtype {dtype}, not {expected}", effect

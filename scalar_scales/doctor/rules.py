@@ -57,17 +57,26 @@ EFFECTS: dict[Effect, str] = {
 }
 """Each effect, most harmful first, as docs/check.md defines it."""
 
-Found = tuple[str | None, str, str]
-"""What a rule's function finds: the tensor (None for the checkpoint as a whole), the file, and the message."""
+Found = tuple[str | None, str, str, str]
+"""What a rule's function finds: the tensor (None for the checkpoint as a whole), the file, the detail and the
+why (:class:`Finding`)."""
 
 
 class Finding(NamedTuple):
-    """One problem: its rule, the tensor (None for the checkpoint as a whole), the file, and what it means."""
+    """One problem: its rule, the tensor (None for the checkpoint as a whole), the file, and what it means, in two
+    parts: the ``detail`` of this finding (its value, its shape, its partner), and ``why`` that matters, which
+    findings of one rule share (a report of 66,048 findings says it once)."""
 
     rule: Rule
     tensor: str | None
     file: str
-    message: str
+    detail: str
+    why: str
+
+    @property
+    def message(self) -> str:
+        """The finding as one sentence: its detail, then why it matters."""
+        return f"{self.detail}: {self.why}"
 
     @property
     def code(self) -> str:

@@ -68,7 +68,7 @@ def legacy_scale_shape(shard: ShardView) -> Iterator[Found]:
     ([migrate.md](migrate.md)). Corpus case: `legacy-scales`.
     """
     legacy = compress(shard.names, map(operator.eq, shard.shapes, repeat((1,))))
-    return zip(legacy, repeat(shard.file), repeat(_legacy_message(shard.layout)))
+    return zip(legacy, repeat(shard.file), repeat("shape (1,)"), repeat(_legacy_why(shard.layout)))
 
 
 @checkpoint_rule(
@@ -93,9 +93,9 @@ def marker_disagrees(checkpoint: CheckpointView) -> Iterator[Found]:
         yield (
             None,
             config,
-            f"config.json declares {FORMAT_VERSION_KEY} 2 but {legacy} global scales are (1,): no upstream loader "
-            "reads the marker (vLLM and transformers load the checkpoint as they would without it), but a tool "
-            "that trusts it expects 0-D scales",
+            f"config.json declares {FORMAT_VERSION_KEY} 2 but {legacy} global scales are (1,)",
+            "no upstream loader reads the marker (vLLM and transformers load the checkpoint as they would without "
+            "it), but a tool that trusts it expects 0-D scales",
         )
 
 
@@ -123,8 +123,8 @@ def marker_missing(checkpoint: CheckpointView) -> Iterator[Found]:
         yield (
             None,
             config,
-            f"every global scale is 0-D, as vLLM wants them, but config.json does not declare {FORMAT_VERSION_KEY} "
-            "2 (compressed-tensors' ModelOpt converter writes checkpoints so); vLLM and transformers load it",
+            f"every global scale is 0-D, as vLLM wants them, but config.json does not declare {FORMAT_VERSION_KEY} 2",
+            "compressed-tensors' ModelOpt converter writes checkpoints so; vLLM and transformers load it",
         )
 
 
@@ -179,7 +179,7 @@ def invalid_scale_value(shard: ShardView) -> Iterator[Found]:
 
 
 def _invalid(
-    names: list[str], values: list[float | None], file: str, message: Callable[[str, float], str]
+    names: list[str], values: list[float | None], file: str, message: Callable[[str, float], tuple[str, str]]
 ) -> Iterator[Found]:
     """The scales among ``names`` whose value is zero, negative, NaN or Inf, each with what that does."""
     numbers = _numbers(values)
@@ -187,7 +187,7 @@ def _invalid(
         return  # as nearly every checkpoint: decided at C speed
     for name, value in zip(names, values, strict=True):
         if value is not None and not 0.0 < value < math.inf:
-            yield name, file, message(name, value)
+            yield (name, file, *message(name, value))
 
 
 @shard_rule(
@@ -222,7 +222,7 @@ def other_convention(shard: ShardView) -> Iterator[Found]:
             continue  # as nearly every checkpoint: decided at C speed
         for i, value in zip(at, values, strict=True):
             if value is not None and 0.0 < value < math.inf and (value < bound if below else value > bound):
-                yield shard.names[i], shard.file, _other_convention_message(value, leaf, layout)
+                yield (shard.names[i], shard.file, *_other_convention_message(value, leaf, layout))
 
 
 @checkpoint_rule(
@@ -275,7 +275,7 @@ def fused_scales_differ(checkpoint: CheckpointView) -> Iterator[Found]:
                     if value is not None:  # a member the module lacks is no partner to differ
                         module = f"{parents[j]}.{member}"
                         message = _partner_message(parents[j], first, kept[j], value, layout)
-                        yield f"{module}.{layout.weight_global}", file_of[module], message
+                        yield (f"{module}.{layout.weight_global}", file_of[module], *message)
 
 
 def _weight_global_scales(
@@ -316,70 +316,72 @@ def _leaf(name: str) -> str:
     return name.rpartition(".")[2]
 
 
-def _legacy_message(layout: ProducerLayout | None) -> str:
+def _legacy_why(layout: ProducerLayout | None) -> str:
     if layout is not None and layout.weight_named_plainly:
-        return "shape (1,), where ModelOpt writes 0-D"
+        return "ModelOpt writes 0-D"
     return (
-        "shape (1,): vLLM 0.23, 0.32 and 0.33 load it (observed), and so does transformers; a loader that "
-        "copy_s it into a 0-D tensor fails (output with shape [] doesn't match the broadcast shape [1])"
+        "vLLM 0.23, 0.32 and 0.33 load it (observed), and so does transformers; a loader that copies it "
+        "into a 0-D tensor with copy_ fails (output with shape [] doesn't match the broadcast shape [1])"
     )
 
 
-def _invalid_value_message(value: float, name: str, layout: ProducerLayout | None) -> str:
+def _invalid_value_message(value: float, name: str, layout: ProducerLayout | None) -> tuple[str, str]:
     leaf = _leaf(name)
     divides = layout is None or layout.divisor
     uses = "computes with 1/scale" if divides else "multiplies by the scale"
     if math.isnan(value):
-        return f"is NaN: vLLM {uses}, which is NaN, and so is everything this module outputs"
+        return "is NaN", f"vLLM {uses}, which is NaN, and so is everything this module outputs"
     if value == 0.0:
         if layout is not None and leaf == layout.input_global:
-            return (
-                f"is 0: vLLM {uses}, and quantizes this module's activations with Inf (an input scale is 0 when "
+            return "is 0", (
+                f"vLLM {uses}, and quantizes this module's activations with Inf (an input scale is 0 when "
                 "calibration sent no token through the module, an uncalibrated expert)"
             )
-        return f"is 0: vLLM {uses}" + (", which is Inf" if divides else ", which zeroes what it scales")
+        return "is 0", f"vLLM {uses}" + (", which is Inf" if divides else ", which zeroes what it scales")
     if math.isinf(value):
-        return f"is Inf: vLLM {uses}" + (", which zeroes what it scales" if divides else ", which is Inf")
-    return f"is negative ({value!r}): vLLM {uses} and flips the sign of what this scale scales"
+        return "is Inf", f"vLLM {uses}" + (", which zeroes what it scales" if divides else ", which is Inf")
+    return f"is negative ({value!r})", f"vLLM {uses} and flips the sign of what this scale scales"
 
 
-def _invalid_kv_message(name: str, value: float) -> str:
+def _invalid_kv_message(name: str, value: float) -> tuple[str, str]:
     """What vLLM's KV-cache method (``BaseKVCacheMethod.process_weights_after_loading``) does with a KV-cache scale
     that is not above 0 or is Inf, where the KV cache is quantized."""
     if value == math.inf:
-        return "is Inf: vLLM's quantized KV cache takes it as it is, where the other KV-cache scale is above 0"
+        return "is Inf", "vLLM's quantized KV cache takes it as it is, where the other KV-cache scale is above 0"
     shown = "NaN" if math.isnan(value) else "-Inf" if math.isinf(value) else repr(value)
     if _leaf(name) == "k_scale":
-        return (
-            f"is {shown}: vLLM's quantized KV cache refuses to load the model (its KV-cache method asserts "
+        return f"is {shown}", (
+            "vLLM's quantized KV cache refuses to load the model (its KV-cache method asserts "
             "k_scale > 0; observed: the engine does not start), unless v_scale is negative too, when both become 1.0"
         )
-    return (
-        f"is {shown}: vLLM's quantized KV cache uses k_scale in its place, where k_scale is above 0 (its KV-cache "
+    return f"is {shown}", (
+        "vLLM's quantized KV cache uses k_scale in its place, where k_scale is above 0 (its KV-cache "
         "method takes the larger of the two; observed: the engine starts)"
     )
 
 
-def _other_convention_message(value: float, leaf: str, layout: ProducerLayout) -> str:
+def _other_convention_message(value: float, leaf: str, layout: ProducerLayout) -> tuple[str, str]:
     what = "weights" if leaf == layout.weight_global else "activations"
     if layout.divisor:
         here, there = SCALE_NUMERATOR / value, value * SCALE_NUMERATOR
         return (
-            f"is {value:.6g}, which means {what} of amax {here:.4g} in compressed-tensors' (6*448)/amax "
-            f"convention; it looks like ModelOpt's amax/(6*448) (amax {there:.4g}). vLLM computes with 1/scale, "
-            "so the output is garbage (modular issue 6600)"
+            f"is {value:.6g}: {what} of amax {here:.4g} in compressed-tensors' (6*448)/amax convention, "
+            f"{there:.4g} in ModelOpt's amax/(6*448)",
+            "the value looks like ModelOpt's amax/(6*448); vLLM computes with 1/scale, so the output is garbage "
+            "(modular issue 6600)",
         )
     here, there = value * SCALE_NUMERATOR, SCALE_NUMERATOR / value
     return (
-        f"is {value:.6g}, which means {what} of amax {here:.4g} in ModelOpt's amax/(6*448) convention; it looks "
-        f"like compressed-tensors' (6*448)/amax (amax {there:.4g}). vLLM multiplies by it, so the output is garbage"
+        f"is {value:.6g}: {what} of amax {here:.4g} in ModelOpt's amax/(6*448) convention, {there:.4g} in "
+        "compressed-tensors' (6*448)/amax",
+        "the value looks like compressed-tensors' (6*448)/amax; vLLM multiplies by it, so the output is garbage",
     )
 
 
-def _partner_message(parent: str, first: str, kept: float, value: float, layout: ProducerLayout) -> str:
+def _partner_message(parent: str, first: str, kept: float, value: float, layout: ProducerLayout) -> tuple[str, str]:
     scale = layout.weight_global
     if _EXPERT.search(parent):
         effect = f"vLLM's fused w13 keeps {first}'s and warns \"w1_{scale} must match w3_{scale}\""
     else:
         effect = "vLLM's fused module keeps the largest and warns that accuracy will likely be reduced"
-    return f"{scale} {value!r} differs from {first}'s {kept!r}: {effect} (observed: other tokens, vLLM #54150)"
+    return f"{scale} {value!r} differs from {first}'s {kept!r}", f"{effect} (observed: other tokens, vLLM #54150)"

@@ -58,6 +58,18 @@ def test_the_wheel_holds_the_product_packages_and_no_test_kit(wheel):
     assert top == PRODUCT
 
 
+def test_the_wheel_ships_the_schema_of_checks_json(wheel):
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = archive.read("scalar_scales/doctor/report/check-report.schema.json")
+    assert shipped == (ROOT / "scalar_scales/doctor/report/check-report.schema.json").read_bytes()
+
+
+def test_the_installed_package_reads_its_schema(clean_venv):
+    code = "from scalar_scales.doctor.report import schema_text; import json; print(json.loads(schema_text())['$id'])"
+    result = subprocess.run([clean_venv / "bin" / "python", "-c", code], capture_output=True, text=True, cwd=clean_venv)
+    assert (result.returncode, result.stdout.strip()) == (0, "urn:scalar-scales:check-report:1"), result.stderr
+
+
 def test_every_module_of_the_base_package_imports_in_a_venv_without_torch(clean_venv):
     python = clean_venv / "bin" / "python"
     assert subprocess.run([python, "-c", "import torch"], capture_output=True).returncode != 0

@@ -50,7 +50,7 @@ def test_a_clean_checkpoint_exits_0_saying_what_was_checked(clean):
     result = run_cli("check", clean)
     assert result.returncode == 0
     assert result.stdout.splitlines() == [
-        f"{clean}: 3 shard(s), nvfp4-pack-quantized, format_version 2, 48 global scales (0 (1,), 48 0-D)",
+        f"{clean}: 3 shards, nvfp4-pack-quantized, format_version 2, 48 global scales (0 (1,), 48 0-D)",
         CHECKED,
         f"All checks passed: no finding from {len(RULES)} rules on 24 NVFP4 modules and 48 global scales.",
     ]
@@ -63,35 +63,55 @@ def test_the_heading_shows_the_marker_as_the_config_states_it(checkpoint, marker
         config["quantization_config"]["format_version"] = marker
     (checkpoint / "config.json").write_text(json.dumps(config))
     heading = run_cli("check", checkpoint).stdout.splitlines()[0]
-    assert heading.startswith(f"{checkpoint}: 3 shard(s), nvfp4-pack-quantized, {shown}, 48 global scales")
+    assert heading.startswith(f"{checkpoint}: 3 shards, nvfp4-pack-quantized, {shown}, 48 global scales")
     summary = json.loads(run_cli("check", checkpoint, "--json").stdout)["summary"]
     assert summary["format_version"] == marker
 
 
-def test_legacy_scales_are_grouped_under_one_code_with_the_first_few_shown(checkpoint):
-    result = run_cli("check", checkpoint)
+WHY_NV101 = [
+    "  vLLM 0.23, 0.32 and 0.33 load it (observed), and so does transformers; a loader that copies it",
+    "  into a 0-D tensor with copy_ fails (output with shape [] doesn't match the broadcast shape [1])",
+]
+
+
+NO_TERMINAL: dict[str, str | None] = {"COLUMNS": None}
+"""No terminal width: the text's explanations are wrapped to 100 columns."""
+
+
+def test_legacy_scales_are_grouped_under_one_code_with_the_why_once_and_the_first_few_shown(checkpoint):
+    result = run_cli("check", checkpoint, env=NO_TERMINAL)
     assert result.returncode == 0
     lines = result.stdout.splitlines()
     assert lines[1] == CHECKED
     assert lines[2] == (
-        f"NV101 legacy-scale-shape (warning): 48 x a global scale of shape (1,); fix: scalar-scales migrate "
+        f"NV101 legacy-scale-shape (warning): 48 findings: a global scale of shape (1,); fix: scalar-scales migrate "
         f"{checkpoint}"
     )
-    assert [line.split()[0] for line in lines[3:8]] == ["NV101"] * 5
-    assert lines[3].startswith("  NV101 model-00001-of-00003.safetensors: model.layers.0.mlp.experts.0.")
-    assert "vLLM 0.23, 0.32 and 0.33 load it (observed)" in lines[3]
-    assert lines[8] == "  ... and 43 more NV101 (--show-all or --json lists them)"
-    assert lines[9] == "Found 48: 0 errors, 48 warnings, 0 info (NV101 48)."
-    assert len(lines) == 10
+    assert lines[3:5] == WHY_NV101
+    assert lines[5] == (
+        "    model-00001-of-00003.safetensors: model.layers.0.mlp.experts.0.gate_proj.input_global_scale  shape (1,)"
+    )
+    assert all(line.startswith("    model-0000") and line.endswith("  shape (1,)") for line in lines[5:10])
+    assert lines[10] == "  ... and 43 more (--show-all or --output-format json lists them)"
+    assert lines[11] == "Found 48 findings: 48 warnings (NV101 48)."
+    assert len(lines) == 12
 
 
-def test_show_all_prints_every_finding(checkpoint):
-    lines = run_cli("check", checkpoint, "--show-all").stdout.splitlines()
-    assert sum(line.startswith("  NV101 ") for line in lines) == 48
+def test_show_all_prints_every_finding_and_the_why_once(checkpoint):
+    lines = run_cli("check", checkpoint, "--show-all", env=NO_TERMINAL).stdout.splitlines()
+    assert sum(line.endswith("  shape (1,)") for line in lines) == 48
+    assert sum(line == WHY_NV101[0] for line in lines) == 1
+
+
+def test_a_narrower_terminal_wraps_the_why_to_its_width(checkpoint):
+    lines = run_cli("check", checkpoint, env={"COLUMNS": "60"}).stdout.splitlines()
+    why = lines[3 : lines.index(next(line for line in lines if line.startswith("    model-")))]
+    assert len(why) > len(WHY_NV101) and all(len(line) <= 60 for line in why)
+    assert " ".join(line.strip() for line in why) == " ".join(line.strip() for line in WHY_NV101)
 
 
 def test_quiet_prints_only_the_summary(checkpoint):
-    assert run_cli("check", checkpoint, "--quiet").stdout == "Found 48: 0 errors, 48 warnings, 0 info (NV101 48).\n"
+    assert run_cli("check", checkpoint, "--quiet").stdout == "Found 48 findings: 48 warnings (NV101 48).\n"
 
 
 def test_list_shows_every_scale_with_its_layout_and_value(checkpoint):
@@ -270,10 +290,14 @@ def test_an_unknown_rule_code_is_a_usage_error(checkpoint):
 def test_json_has_findings_and_a_summary(checkpoint):
     set_scale_value(checkpoint, "input_global_scale", 0, math.nan)
     document = json.loads(run_cli("check", checkpoint, "--json").stdout)
-    assert set(document) == {"findings", "not_loaded_by", "summary"}
-    assert {tuple(f) for f in document["findings"]} == {("code", "severity", "effect", "tensor", "file", "message")}
+    assert set(document) == {"schema_version", "findings", "not_loaded_by", "summary"}
+    assert document["schema_version"] == 1
+    assert {tuple(f) for f in document["findings"]} == {
+        ("code", "severity", "effect", "tensor", "file", "message", "detail", "why")
+    }
     assert document["summary"] == {
         "checkpoint": str(checkpoint),
+        "commit": None,
         "shards": 3,
         "producer": "compressed-tensors",
         "format": "nvfp4-pack-quantized",

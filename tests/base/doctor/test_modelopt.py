@@ -70,7 +70,8 @@ def test_a_compressed_tensors_divisor_in_weight_scale_2_is_told_in_modelopt_term
     checkpoint = copy_of_export(tmp_path / "export")
     MODELOPT_CORPUS["reciprocal-convention"].make(checkpoint, MODELOPT_LAYOUT)
     finding = next(f for f in checked(checkpoint)["findings"] if f["tensor"] == f"{EXPERT}.down_proj.weight_scale_2")
-    assert "in ModelOpt's amax/(6*448) convention; it looks like compressed-tensors'" in finding["message"]
+    assert "in ModelOpt's amax/(6*448) convention" in finding["detail"]
+    assert finding["why"].startswith("the value looks like compressed-tensors' (6*448)/amax; vLLM multiplies by it")
 
 
 @pytest.mark.parametrize(

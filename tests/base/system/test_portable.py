@@ -85,7 +85,7 @@ def test_a_header_that_grows_is_rewritten_with_plain_reads_and_writes(checkpoint
     result = run_cli("migrate", checkpoint, "--to", "legacy", env=PORTABLE)
     assert result.returncode == 0, result.stderr
     assert {p.name: data_digest(p) for p in shards(checkpoint)} == digests
-    assert run_cli("check", checkpoint, "--select", "NV101", "--quiet").stdout.startswith("Found 48:")
+    assert run_cli("check", checkpoint, "--select", "NV101", "--quiet").stdout.startswith("Found 48 findings:")
 
 
 def test_an_in_place_edit_on_the_portable_path_changes_one_byte_per_scale(checkpoint):
@@ -122,7 +122,7 @@ def run_without(missing: tuple[str, ...], *args: object) -> subprocess.Completed
 def test_check_runs_where_there_is_no_fcntl(checkpoint):
     result = run_without(("fcntl", "os.copy_file_range", "os.pwrite"), "check", checkpoint, "--quiet")
     assert result.returncode == 0, result.stderr
-    assert result.stdout == "Found 48: 0 errors, 48 warnings, 0 info (NV101 48).\n"
+    assert result.stdout == "Found 48 findings: 48 warnings (NV101 48).\n"
 
 
 def test_migrate_runs_where_there_is_no_pwrite_nor_copy_file_range(checkpoint):

@@ -1,0 +1,95 @@
+"""GitHub Actions annotations (``--output-format github``): workflow commands, then the summary line.
+
+A step's log shows at most 10 error and 10 warning annotations (more are
+accepted, and hidden), and a legacy DeepSeek-V4-Flash-shaped checkpoint has
+66,048 NV101 findings in 46 shards. So without ``--show-all`` there is one
+annotation per rule and file, errors first: its count, its first findings
+and why they matter; with ``--show-all``, one per finding.
+
+Every name comes from the checkpoint, so every value is escaped as GitHub's
+toolkit (``@actions/core``) escapes it: a tensor's name cannot end the
+command and start another.
+"""
+
+from __future__ import annotations
+
+import os
+from itertools import groupby
+
+from scalar_scales.doctor.report.model import SHOWN_PER_RULE, CheckReport, counted
+from scalar_scales.doctor.report.text import summary
+from scalar_scales.doctor.rules import Finding, Rule
+from scalar_scales.sources.hub import HUB_PREFIX
+
+__all__ = ["LEVELS", "annotation", "escape_data", "escape_property", "github_lines"]
+
+LEVELS = {"error": "error", "warning": "warning", "info": "notice"}
+"""The workflow command of each severity."""
+
+
+def github_lines(report: CheckReport, *, show_all: bool = False) -> list[str]:
+    """One annotation per rule and file (per finding with ``show_all``), each not-loading engine as a warning,
+    and the summary line."""
+    lines: list[str] = []
+    for rule, findings in report.by_rule:
+        for file, of_file in groupby(sorted(findings, key=_file), key=_file):
+            in_file = list(of_file)
+            if show_all or len(in_file) == 1:
+                lines += [annotation(rule, file, f"{_tensor(finding)}{finding.message}") for finding in in_file]
+            else:
+                lines.append(annotation(rule, file, _grouped(rule, in_file)))
+    lines += [
+        f"::warning title={escape_property(f'Not loaded by {refusal.consumer}')}::{escape_data(str(refusal))}"
+        for refusal in report.diagnosis.refusals
+    ]
+    lines.append(summary(report))
+    return lines
+
+
+def annotation(rule: Rule, file: str, message: str) -> str:
+    """The workflow command that annotates ``file`` (a path in the workspace, or a Hub address, which is not one
+    and is named in the message instead) with a finding of ``rule``."""
+    title = escape_property(f"{rule.code} {rule.name}")
+    if file.startswith(HUB_PREFIX):
+        return f"::{LEVELS[rule.severity]} title={title}::{escape_data(f'{file}: {message}')}"
+    return (
+        f"::{LEVELS[rule.severity]} file={escape_property(_workspace_path(file))},title={title}::{escape_data(message)}"
+    )
+
+
+def escape_data(text: str) -> str:
+    """A command's message, escaped as ``@actions/core``'s ``escapeData``."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(text: str) -> str:
+    """A command's property, escaped as ``@actions/core``'s ``escapeProperty``."""
+    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def _grouped(rule: Rule, findings: list[Finding]) -> str:
+    """The findings of one rule in one file as one message: how many, the first few, and why they matter."""
+    shown = findings[:SHOWN_PER_RULE]
+    lines = [f"{counted(len(findings), 'finding')} in this file: {rule.summary}"]
+    lines += [f"{_tensor(finding)}{finding.detail}" for finding in shown]
+    if len(shown) < len(findings):
+        lines.append(f"... and {len(findings) - len(shown)} more (--show-all annotates each)")
+    whys = dict.fromkeys(finding.why for finding in findings)
+    return "\n".join([*lines, *whys])
+
+
+def _workspace_path(file: str) -> str:
+    """The file relative to the current folder, the workspace GitHub resolves annotations in, where it is in it."""
+    try:
+        relative = os.path.relpath(file)
+    except ValueError:  # on another drive (Windows)
+        return file
+    return file if relative.startswith(os.pardir) else relative
+
+
+def _file(finding: Finding) -> str:
+    return finding.file
+
+
+def _tensor(finding: Finding) -> str:
+    return f"{finding.tensor}: " if finding.tensor else ""

@@ -1,0 +1,133 @@
+"""What a check found, worked out once for every output format: the findings of each rule, in the order a reader
+wants them (errors first), their counts, what was checked, the commit read, and the exit code."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from functools import cached_property
+from typing import NamedTuple, Protocol
+
+from scalar_scales.doctor.diagnosis import Diagnosis
+from scalar_scales.doctor.rules import SEVERITIES, Finding, Rule, Severity
+
+__all__ = ["SHOWN_PER_RULE", "CheckReport", "FetchCounter", "RuleFindings", "counted", "json_number"]
+
+SHOWN_PER_RULE = 5
+"""How many findings of each rule the text shows without ``--show-all``."""
+
+
+class FetchCounter(Protocol):
+    """A remote source's account of what it read."""
+
+    @property
+    def bytes_fetched(self) -> int: ...
+
+    @property
+    def bytes_total(self) -> int: ...
+
+
+class RuleFindings(NamedTuple):
+    """One rule's findings, in the order its function found them."""
+
+    rule: Rule
+    findings: list[Finding]
+
+
+@dataclass
+class CheckReport:
+    """What a check reports of a :class:`Diagnosis`: the findings of the rules selected, and the exit code.
+
+    ``exit_zero``: the command exits 0 whatever was found (``--exit-zero``), so that a CI step can report
+    findings without failing; a refused checkpoint still exits 2, since it never gets this far.
+    """
+
+    diagnosis: Diagnosis
+    strict: bool = False
+    fetched: FetchCounter | None = None
+    exit_zero: bool = False
+
+    @property
+    def reported(self) -> list[Finding]:
+        """Every finding, in rule code order (the JSON document's order)."""
+        return self.diagnosis.findings
+
+    @cached_property
+    def by_rule(self) -> list[RuleFindings]:
+        """The findings of each rule that has any, errors first, then warnings, then information; by code within
+        a severity: the order the text and the annotations give them in, so that an error is never below tens of
+        thousands of warnings."""
+        grouped: dict[str, RuleFindings] = {}
+        for finding in self.reported:
+            code = finding.rule.code
+            if code not in grouped:
+                grouped[code] = RuleFindings(finding.rule, [])
+            grouped[code].findings.append(finding)
+        rank = {severity: i for i, severity in enumerate(SEVERITIES)}
+        return sorted(grouped.values(), key=lambda group: (rank[group.rule.severity], group.rule.code))
+
+    @cached_property
+    def counts(self) -> Counter[str]:
+        """How many findings each rule has, by code."""
+        return Counter({group.rule.code: len(group.findings) for group in self.by_rule})
+
+    @property
+    def errors(self) -> int:
+        return self.count("error")
+
+    @property
+    def warnings(self) -> int:
+        return self.count("warning")
+
+    def count(self, severity: Severity) -> int:
+        return sum(len(group.findings) for group in self.by_rule if group.rule.severity == severity)
+
+    @property
+    def applied(self) -> list[Rule]:
+        """The selected rules that were applied: those about the checkpoint's layout, and not those that judge
+        modules against class names where the config names a class no module can be judged against."""
+        unjudged = bool(self.diagnosis.expectations.unjudged_classes)
+        layout = self.diagnosis.scan.layout
+        return [
+            rule for rule in self.diagnosis.rules if not (unjudged and rule.judges_classes) and rule.is_about(layout)
+        ]
+
+    @property
+    def nvfp4_modules(self) -> int:
+        return sum(n for (_, kind), n in self.diagnosis.modules.items() if kind == "nvfp4")
+
+    @property
+    def checked(self) -> bool:
+        """Whether there was anything to check: an NVFP4 module, or a per-tensor scale in scope."""
+        return bool(self.nvfp4_modules or self.diagnosis.scan.scale_count)
+
+    @property
+    def commit(self) -> str | None:
+        """The commit every file was read at: a Hub repository's; None for local files."""
+        return self.diagnosis.scan.opened.commit
+
+    @property
+    def failed(self) -> bool:
+        """What was found fails the check: an error, or with ``--strict`` also a warning, an engine observed not
+        to load the checkpoint, or nothing checked."""
+        refused = bool(self.diagnosis.refusals)
+        return bool(self.errors or (self.strict and (self.warnings or refused or not self.checked)))
+
+    @property
+    def exit_code(self) -> int:
+        """The command's exit code: 1 where the check failed, unless ``--exit-zero``; else 0."""
+        return 1 if self.failed and not self.exit_zero else 0
+
+
+def counted(n: int, noun: str) -> str:
+    """``n`` with ``noun``, plural unless ``n`` is 1: "1 shard", "3 shards"; "info" is a mass noun."""
+    return f"{n} {noun}" if n == 1 or noun.endswith("info") else f"{n} {noun}s"
+
+
+def json_number(value: float | None) -> float | str | None:
+    """A scale value as strict JSON (RFC 8259) allows it: NaN and the infinities, which it has no literal for,
+    as the strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"``."""
+    if value is None or math.isfinite(value):
+        return value
+    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")

@@ -1,0 +1,137 @@
+"""SARIF 2.1.0 (``--output-format sarif``), as GitHub code scanning takes it: one run, every rule applied with
+its reference, one result per finding.
+
+A finding is in a binary file (a safetensors shard) or a config, and has no
+line, but code scanning wants a region with a ``startLine``: every result
+names line 1 of its file and, as a logical location, its tensor. Its
+``partialFingerprints`` hash the rule, the file's path and the tensor, so
+code scanning tracks a finding across runs (it would otherwise hash the
+file's lines, which a shard does not have). A local file's URI is relative
+to ``%SRCROOT%`` (the current folder) where it is under it; a Hub
+repository's files are relative to ``HFREPO``, the repository's files at
+the commit read, and the run's ``versionControlProvenance`` names the
+repository and the commit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from scalar_scales.doctor.report.model import CheckReport
+from scalar_scales.doctor.report.text import summary
+from scalar_scales.doctor.rules import EFFECTS, Finding, Rule
+from scalar_scales.sources.hub import HUB_PREFIX
+
+__all__ = ["HUB_BASE", "SARIF_SCHEMA", "SOURCE_ROOT", "sarif_document"]
+
+SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
+SOURCE_ROOT = "%SRCROOT%"
+HUB_BASE = "HFREPO"
+INFORMATION_URI = "https://pypi.org/project/scalar-scales/"
+_LEVELS = {"error": "error", "warning": "warning", "info": "note"}
+
+
+def sarif_document(report: CheckReport) -> dict[str, Any]:
+    """The SARIF log of ``report``: its tool (every rule applied), its results, and where the files were read."""
+    import scalar_scales
+
+    rules = report.applied
+    for group in report.by_rule:  # a rule with findings is applied; this keeps its index whatever the layout
+        if group.rule not in rules:
+            rules.append(group.rule)
+    index = {rule.code: i for i, rule in enumerate(rules)}
+    locator = _Locator(str(report.diagnosis.scan.checkpoint.root), report.commit)
+    run: dict[str, Any] = {
+        "tool": {
+            "driver": {
+                "name": "scalar-scales",
+                "version": scalar_scales.__version__,
+                "informationUri": INFORMATION_URI,
+                "rules": [_rule(rule) for rule in rules],
+            }
+        },
+        "results": [_result(finding, index[finding.code], locator) for finding in report.reported],
+        "columnKind": "unicodeCodePoints",
+        "originalUriBaseIds": locator.bases(),
+        "properties": {"checkpoint": locator.root, "commit": report.commit, "summary": summary(report)},
+    }
+    if provenance := locator.provenance():
+        run["versionControlProvenance"] = [provenance]
+    return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
+
+
+def _rule(rule: Rule) -> dict[str, Any]:
+    effect = f"Effect: {rule.effect} ({EFFECTS[rule.effect]})."
+    return {
+        "id": rule.code,
+        "name": rule.name,
+        "shortDescription": {"text": rule.summary},
+        "fullDescription": {"text": f"Finds {rule.summary}. {effect}"},
+        "help": {"text": rule.explanation, "markdown": rule.explanation},
+        "defaultConfiguration": {"level": _LEVELS[rule.severity]},
+        "properties": {
+            "tags": ["nvfp4", rule.effect],
+            "precision": "very-high",
+            "problem.severity": {"error": "error", "warning": "warning", "info": "recommendation"}[rule.severity],
+        },
+    }
+
+
+def _result(finding: Finding, rule_index: int, locator: _Locator) -> dict[str, Any]:
+    uri, base = locator.locate(finding.file)
+    artifact: dict[str, Any] = {"uri": uri} | ({"uriBaseId": base} if base else {})
+    location: dict[str, Any] = {"physicalLocation": {"artifactLocation": artifact, "region": {"startLine": 1}}}
+    if finding.tensor is not None:
+        location["logicalLocations"] = [
+            {"name": finding.tensor, "fullyQualifiedName": finding.tensor, "kind": "member"}
+        ]
+    where = f"{finding.tensor}: " if finding.tensor else ""
+    fingerprint = hashlib.sha256("\0".join([finding.code, uri, finding.tensor or ""]).encode()).hexdigest()
+    return {
+        "ruleId": finding.code,
+        "ruleIndex": rule_index,
+        "level": _LEVELS[finding.severity],
+        "message": {"text": f"{where}{finding.message}"},
+        "locations": [location],
+        "partialFingerprints": {"primaryLocationLineHash": f"{fingerprint[:16]}:1", "tensor/v1": fingerprint},
+    }
+
+
+class _Locator:
+    """Each file's URI: relative to the current folder (``%SRCROOT%``) where it is under it, else an absolute
+    ``file:`` URI; a Hub repository's files relative to ``HFREPO``, the repository at the commit read."""
+
+    def __init__(self, root: str, commit: str | None) -> None:
+        self.root, self.commit = root, commit
+        self.hub = root.startswith(HUB_PREFIX)
+        self.repository = root.removeprefix(HUB_PREFIX).partition("@")[0] if self.hub else ""
+
+    def locate(self, file: str) -> tuple[str, str | None]:
+        if self.hub:
+            name = file.removeprefix(self.root).lstrip("/")
+            return quote(name), HUB_BASE
+        path = Path(file).absolute()
+        try:
+            relative = path.relative_to(Path.cwd())
+        except ValueError:
+            return path.as_uri(), None
+        return quote(relative.as_posix()), SOURCE_ROOT
+
+    def bases(self) -> dict[str, Any]:
+        if self.hub:
+            revision = self.commit or "main"
+            return {HUB_BASE: {"uri": f"https://huggingface.co/{self.repository}/resolve/{revision}/"}}
+        return {SOURCE_ROOT: {"uri": Path(os.getcwd()).as_uri() + "/"}}
+
+    def provenance(self) -> dict[str, Any] | None:
+        if not self.hub or self.commit is None:
+            return None
+        return {
+            "repositoryUri": f"https://huggingface.co/{self.repository}",
+            "revisionId": self.commit,
+            "mappedTo": {"uriBaseId": HUB_BASE},
+        }

@@ -1,0 +1,197 @@
+"""The text report: what was checked, then each rule's findings, errors first, then a summary line.
+
+A checkpoint the size of DeepSeek-V4-Flash can have a finding for each of
+its 66,048 scales, so each rule's group says how many findings it has and
+why they matter once, then shows the first few, each as its place and its
+detail, and says how many more there are; ``--show-all`` and the JSON give
+every one.
+
+The report says what was checked: the NVFP4 modules of each config group,
+under the config's own name for its format, and the global scales. Where
+there was nothing to check (no NVFP4 module, no scale in scope) it says so,
+and never that all checks passed.
+"""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from collections import Counter
+from itertools import groupby
+
+from scalar_scales.doctor.report.model import SHOWN_PER_RULE, CheckReport, counted
+from scalar_scales.doctor.rules import SEVERITIES, Finding
+from scalar_scales.errors import printable
+from scalar_scales.nvfp4 import MODELOPT
+from scalar_scales.scan import CheckpointScan
+from scalar_scales.sources.checkpoint import CheckpointLocation
+from scalar_scales.sources.declaration import Group
+from scalar_scales.sources.hub import HUB_PREFIX
+
+__all__ = ["WIDTH", "checked_line", "heading", "summary", "text_lines"]
+
+WIDTH = 100
+"""The width each rule's explanation is wrapped to (the terminal's, where narrower)."""
+
+_KIND_TEXT = {
+    "quantized": "quantized another way",
+    "linear": "unquantized linear",
+    "embedding": "embedding",
+    "other": "other",
+}
+
+
+def text_lines(
+    report: CheckReport, *, show_all: bool = False, with_scales: bool = False, width: int = WIDTH
+) -> list[str]:
+    """The whole report: heading, what was checked, the scales (``with_scales``), each rule's group of
+    findings (every finding with ``show_all``), the engines observed not to load it, and the summary."""
+    lines = [heading(report)]
+    if report.checked:
+        lines.append(checked_line(report))
+    if with_scales:
+        lines += [f"{s.layout:<7}{str(list(s.shape)):<5}{s.name} = {s.value!r}" for s in report.diagnosis.scan.scales]
+    checkpoint = report.diagnosis.scan.checkpoint
+    for rule, findings in report.by_rule:
+        fix = f"; fix: {_fix_command(rule.fix, checkpoint)}" if rule.fix else ""
+        lines.append(
+            f"{rule.code} {rule.name} ({rule.severity}): {counted(len(findings), 'finding')}: {rule.summary}{fix}"
+        )
+        shown = findings if show_all else findings[:SHOWN_PER_RULE]
+        for why, sharing in groupby(_by_why(shown), key=_why):
+            lines += textwrap.wrap(why, max(width, 40), initial_indent="  ", subsequent_indent="  ")
+            lines += [f"    {_where(finding)}  {finding.detail}" for finding in sharing]
+        if len(shown) < len(findings):
+            lines.append(f"  ... and {len(findings) - len(shown)} more (--show-all or --output-format json lists them)")
+    lines += [f"Not loaded by {refusal}" for refusal in report.diagnosis.refusals]
+    lines.append(summary(report))
+    return lines
+
+
+def heading(report: CheckReport) -> str:
+    """The checkpoint (with the commit read, for a Hub repository), its shards, its declaration and its scales."""
+    scan = report.diagnosis.scan
+    declared = scan.declared
+    if declared is None:
+        what = "no config.json"
+    elif declared.producer is None:
+        what = f"{declared.format_name or 'no quantization_config'}"
+    elif declared.producer == MODELOPT:
+        what = f"ModelOpt {declared.format_name} ({os.path.basename(declared.source or '')})"
+    else:
+        version = declared.stated_format_version
+        marker = "no format_version" if version is None else f"format_version {version}"
+        what = f"{declared.format_name or 'no format'}, {marker}"
+    legacy, kv = scan.legacy_count, scan.kv_scale_count
+    commit = f" (commit {report.commit})" if report.commit else ""
+    return (
+        f"{scan.checkpoint.root}{commit}: {counted(len(scan.shards), 'shard')}, {what}, {_scales_text(scan)} "
+        f"({legacy} (1,), {scan.scale_count - legacy} 0-D)" + (f", {counted(kv, 'KV-cache scale')}" if kv else "")
+    )
+
+
+def checked_line(report: CheckReport) -> str:
+    """What the rules were applied to: the NVFP4 modules of each config group, and the modules left alone."""
+    diagnosis = report.diagnosis
+    groups = Counter[str]()
+    others = Counter[str]()
+    for (group, kind), n in diagnosis.modules.items():
+        if kind == "nvfp4":
+            groups[group or "no config group"] += n
+        else:
+            others[kind] += n
+    declared = diagnosis.scan.declared
+    details = {g.name: g for g in (declared.groups if declared is not None else ())}
+    parts = [
+        f"config group {name}, {_group_text(details[name])}: {n}" if name in details else f"{name}: {n}"
+        for name, n in sorted(groups.items())
+    ]
+    line = f"Checked {counted(report.nvfp4_modules, 'NVFP4 module')}" + (f" ({', '.join(parts)})" if parts else "")
+    line += f" and {_scales_text(diagnosis.scan)}"
+    if others:
+        line += "; held to the config only, not NVFP4: " + ", ".join(
+            f"{n} {_KIND_TEXT[kind]}" for kind, n in sorted(others.items())
+        )
+    if unjudged := diagnosis.expectations.unjudged_classes:
+        line += (
+            f"; {', '.join(r.code for r in diagnosis.rules if r.judges_classes)} not applied: the config "
+            "names classes a checkpoint "
+            f"does not show ({', '.join(map(printable, unjudged))})"
+        )
+    return line + "."
+
+
+def summary(report: CheckReport) -> str:
+    """The last line: what was found (by severity, then by rule), or that nothing was, or nothing checked; the
+    engines observed not to load it; the bytes fetched from a Hub repository."""
+    scan = report.diagnosis.scan
+    if not report.checked and not report.reported:
+        line = (
+            "Nothing checked: no NVFP4 module and no per-tensor scale in scope "
+            f"({_declared_text(report)}); the rules apply to NVFP4 checkpoints."
+        )
+    elif not report.reported:
+        line = (
+            f"All checks passed: no finding from {counted(len(report.applied), 'rule')} on "
+            f"{counted(report.nvfp4_modules, 'NVFP4 module')} and {_scales_text(scan)}."
+        )
+    else:
+        by_code = ", ".join(f"{group.rule.code} {len(group.findings)}" for group in report.by_rule)
+        severities = [(severity, report.count(severity)) for severity in SEVERITIES]
+        counts = ", ".join(counted(n, severity) for severity, n in severities if n)
+        line = f"Found {counted(len(report.reported), 'finding')}: {counts} ({by_code})."
+    if refusals := report.diagnosis.refusals:
+        consumers = ", ".join(refusal.consumer for refusal in refusals)
+        line += f" Observed not to load it: {consumers} (docs/compatibility.md)."
+    if report.fetched is not None:
+        fetched, total = report.fetched.bytes_fetched, report.fetched.bytes_total
+        share = 100 * fetched / total if total else 0.0
+        line += f" Fetched {fetched} of the files' {total} bytes ({share:.3g}%)."
+    return line
+
+
+def _declared_text(report: CheckReport) -> str:
+    declared = report.diagnosis.scan.declared
+    if declared is None:
+        return "no config.json"
+    if declared.producer is None:
+        return f"the config declares {declared.format_name}" if declared.format_name else "no quantization_config"
+    return f"the config declares {declared.format_name}"
+
+
+def _group_text(group: Group) -> str:
+    activations = "W4A4" if group.input_activations else "weight-only"
+    return f"{group.format} {activations}"
+
+
+def _fix_command(command: str, checkpoint: CheckpointLocation) -> str:
+    """The fix as a command the user can run: a remote checkpoint is fixed in a local copy."""
+    if isinstance(checkpoint.root, str) and checkpoint.root.startswith(HUB_PREFIX):
+        repository, _, revision = checkpoint.root.removeprefix(HUB_PREFIX).partition("@")
+        download = f"hf download {repository}" + (f" --revision {revision}" if revision else "") + " --local-dir DIR"
+        return f"{command} DIR, on a local copy ({download})"
+    return f"{command} {checkpoint.root}"
+
+
+def _scales_text(scan: CheckpointScan) -> str:
+    """The scales checked: the layout's global scales, and the other per-tensor scales ``--include`` named."""
+    included = scan.scale_count - scan.global_scale_count
+    text = counted(scan.global_scale_count, "global scale")
+    return text + (f" and {counted(included, 'other per-tensor scale')} (--include)" if included else "")
+
+
+def _why(finding: Finding) -> str:
+    return finding.why
+
+
+def _by_why(findings: list[Finding]) -> list[Finding]:
+    """``findings``, those that share a why together (the why first found first), each in its order."""
+    order: dict[str, int] = {}
+    for finding in findings:
+        order.setdefault(finding.why, len(order))
+    return sorted(findings, key=lambda finding: order[finding.why])
+
+
+def _where(finding: Finding) -> str:
+    file = os.path.basename(finding.file)
+    return f"{file}: {finding.tensor}" if finding.tensor else file

@@ -1,0 +1,312 @@
+"""`scalar-scales check --output-format text|json|github|sarif`, `--exit-zero`, and what each format says: errors
+first, plurals, the commit checked, GitHub annotations that a hostile name cannot forge."""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scalar_scales.doctor import RULES
+from scalar_scales.sources import read_headers
+from scalar_scales_testkit.broken import clean_checkpoint
+from scalar_scales_testkit.cli import make_checkpoint, rewrite_header, run_cli, shards
+
+
+def set_value(checkpoint: Path, suffix: str, value: float) -> str:
+    """Write ``value`` into the first scale of the first shard whose name ends in ``suffix``; return its name."""
+    shard = shards(checkpoint)[0]
+    header = read_headers(shard)[0]
+    name = next(n for n in header.names if n.endswith(suffix))
+    entry = header.tensors[name]
+    raw = bytearray(shard.read_bytes())
+    raw[header.data_start + entry.begin : header.data_start + entry.end] = struct.pack("<f", value)
+    shard.write_bytes(bytes(raw))
+    return name
+
+
+def renamed(checkpoint: Path, old: str, new: str) -> None:
+    """Every tensor whose name starts with ``old`` renamed to start with ``new``, in its header and the index."""
+    index = checkpoint / "model.safetensors.index.json"
+    document = json.loads(index.read_text())
+
+    def name(tensor: str) -> str:
+        return new + tensor.removeprefix(old) if tensor.startswith(old) else tensor
+
+    for shard in shards(checkpoint):
+        rewrite_header(shard, lambda header: {name(tensor): entry for tensor, entry in header.items()})
+    document["weight_map"] = {name(tensor): file for tensor, file in document["weight_map"].items()}
+    index.write_text(json.dumps(document))
+
+
+def check_in(folder: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
+    """``scalar-scales check ARGS`` run in ``folder``, as a CI step runs in its workspace."""
+    command = [sys.executable, "-m", "scalar_scales", "check", *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=folder)
+
+
+@pytest.fixture
+def broken(checkpoint: Path) -> tuple[Path, str]:
+    """The legacy checkpoint (48 NV101 warnings) with one NaN input scale (an NV301 error)."""
+    return checkpoint, set_value(checkpoint, "input_global_scale", math.nan)
+
+
+# --output-format and --json
+
+
+def test_output_format_json_prints_what_json_prints(checkpoint):
+    assert (
+        run_cli("check", checkpoint, "--output-format", "json").stdout == run_cli("check", checkpoint, "--json").stdout
+    )
+
+
+def test_json_with_another_output_format_is_refused_in_one_line(checkpoint):
+    result = run_cli("check", checkpoint, "--json", "--output-format", "github")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        "scalar-scales check: error: --json is --output-format json; it cannot be given with --output-format github "
+        "(see scalar-scales check --help)\n"
+    )
+
+
+def test_json_with_output_format_json_is_accepted(checkpoint):
+    assert run_cli("check", checkpoint, "--json", "--output-format", "json").returncode == 0
+
+
+def test_an_unknown_output_format_is_refused(checkpoint):
+    result = run_cli("check", checkpoint, "--output-format", "xml")
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1 and "'xml'" in result.stderr
+
+
+# --exit-zero
+
+
+def test_exit_zero_exits_0_where_an_error_is_found(broken):
+    checkpoint, _ = broken
+    assert run_cli("check", checkpoint).returncode == 1
+    result = run_cli("check", checkpoint, "--exit-zero", "--json")
+    assert result.returncode == 0
+    assert json.loads(result.stdout)["summary"]["exit_code"] == 0
+    assert json.loads(result.stdout)["summary"]["errors"] == 1
+
+
+def test_exit_zero_with_strict_exits_0_on_warnings(checkpoint):
+    assert run_cli("check", checkpoint, "--strict", "--exit-zero").returncode == 0
+
+
+def test_exit_zero_still_exits_2_for_an_unreadable_checkpoint(tmp_path):
+    result = run_cli("check", tmp_path / "missing", "--exit-zero")
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1
+
+
+# The text: errors first, the why once, plurals
+
+
+def test_errors_are_reported_before_warnings_whatever_their_codes(broken):
+    checkpoint, name = broken
+    lines = run_cli("check", checkpoint, env={"COLUMNS": None}).stdout.splitlines()
+    groups = [line.split()[0] for line in lines if line.startswith("NV")]
+    assert groups == ["NV301", "NV101"]
+    assert lines[-1] == "Found 49 findings: 1 error, 48 warnings (NV301 1, NV101 48)."
+    nan = lines.index("NV301 invalid-scale-value (error): 1 finding: a global scale that is zero, negative, NaN or Inf")
+    assert lines[nan + 1].startswith("  vLLM computes with 1/scale, which is NaN")
+    assert lines[nan + 2] == f"    model-00001-of-00003.safetensors: {name}  is NaN"
+
+
+def test_one_finding_is_counted_in_the_singular(clean_in_tmp):
+    set_value(clean_in_tmp, "input_global_scale", 0.0)
+    assert run_cli("check", clean_in_tmp, "--quiet").stdout == "Found 1 finding: 1 error (NV301 1).\n"
+
+
+def test_one_shard_is_counted_in_the_singular(tmp_path):
+    checkpoint = make_checkpoint(tmp_path / "one", shards=1)
+    assert run_cli("check", checkpoint).stdout.startswith(f"{checkpoint}: 1 shard, ")
+
+
+def test_findings_that_differ_in_why_are_shown_under_each_why(clean_in_tmp):
+    set_value(clean_in_tmp, "input_global_scale", 0.0)
+    set_value(clean_in_tmp, "weight_global_scale", math.nan)
+    lines = run_cli("check", clean_in_tmp, env={"COLUMNS": None}).stdout.splitlines()
+    whys = [line for line in lines if line.startswith("  vLLM computes with 1/scale")]
+    details = [line.rpartition("  ")[2] for line in lines if line.startswith("    model-")]
+    assert len(whys) == 2 and sorted(details) == ["is 0", "is NaN"]
+
+
+def test_the_json_findings_keep_rule_code_order(broken):
+    checkpoint, _ = broken
+    codes = [f["code"] for f in json.loads(run_cli("check", checkpoint, "--json").stdout)["findings"]]
+    assert codes == sorted(codes) and codes[0] == "NV101" and codes[-1] == "NV301"
+
+
+def test_a_json_finding_is_its_detail_and_its_why_as_one_message(broken):
+    checkpoint, name = broken
+    findings = json.loads(run_cli("check", checkpoint, "--json").stdout)["findings"]
+    (nan,) = [f for f in findings if f["code"] == "NV301"]
+    assert (nan["tensor"], nan["detail"]) == (name, "is NaN")
+    assert nan["message"] == f"{nan['detail']}: {nan['why']}"
+
+
+def test_a_local_check_names_no_commit(checkpoint):
+    assert json.loads(run_cli("check", checkpoint, "--json").stdout)["summary"]["commit"] is None
+    assert "(commit" not in run_cli("check", checkpoint).stdout.splitlines()[0]
+
+
+# GitHub annotations
+
+
+def test_github_annotates_each_file_once_per_rule_with_its_count_relative_to_the_workspace(checkpoint):
+    result = check_in(checkpoint.parent, "ckpt", "--output-format", "github")
+    assert result.returncode == 0
+    *annotations, summary = result.stdout.splitlines()
+    assert [line.partition(",")[0] for line in annotations] == [
+        f"::warning file=ckpt/{shard.name}" for shard in shards(checkpoint)
+    ]
+    assert all(",title=NV101 legacy-scale-shape::16 findings in this file: " in line for line in annotations)
+    assert all("%0A... and 11 more (--show-all annotates each)%0AvLLM 0.23" in line for line in annotations)
+    assert summary == "Found 48 findings: 48 warnings (NV101 48)."
+
+
+def test_github_with_show_all_annotates_every_finding(checkpoint):
+    lines = check_in(checkpoint.parent, "ckpt", "--output-format", "github", "--show-all").stdout.splitlines()
+    assert sum(line.startswith("::warning file=ckpt/") for line in lines) == 48
+
+
+def test_github_gives_an_error_its_own_annotation_first(broken):
+    checkpoint, name = broken
+    first = check_in(checkpoint.parent, "ckpt", "--output-format", "github").stdout.splitlines()[0]
+    assert first.startswith(
+        f"::error file=ckpt/model-00001-of-00003.safetensors,title=NV301 invalid-scale-value::{name}: is NaN: vLLM"
+    )
+
+
+def test_github_gives_information_a_notice(clean_in_tmp):
+    config = json.loads((clean_in_tmp / "config.json").read_text())
+    del config["quantization_config"]["format_version"]
+    (clean_in_tmp / "config.json").write_text(json.dumps(config))
+    (line, _) = check_in(clean_in_tmp, ".", "--output-format", "github").stdout.splitlines()
+    assert line.startswith("::notice file=config.json,title=NV103 marker-missing::every global scale is 0-D")
+
+
+def test_github_names_a_file_outside_the_workspace_by_its_absolute_path(checkpoint, tmp_path):
+    (tmp_path / "workspace").mkdir()
+    first = check_in(tmp_path / "workspace", checkpoint, "--output-format", "github").stdout.splitlines()[0]
+    assert first.startswith(f"::warning file={checkpoint}/model-00001-of-00003.safetensors,title=")
+
+
+def test_a_tensor_name_cannot_forge_a_github_annotation(checkpoint):
+    module = "model.layers.0.mlp.experts.0.gate_proj."
+    renamed(checkpoint, module, module.replace(".gate_proj", "x\n::error file=a::forged%0A,.gate_proj"))
+    lines = check_in(checkpoint.parent, "ckpt", "--output-format", "github", "--show-all").stdout.splitlines()
+    assert not any(line.startswith("::error") for line in lines)
+    forged = [line for line in lines if "forged" in line]
+    assert len(forged) == 2  # the module's weight and input global scales, each on its own line
+    assert all("x%0A::error file=a::forged%250A,.gate_proj" in line for line in forged)
+
+
+def test_a_file_name_is_escaped_as_a_github_property(checkpoint):
+    old = shards(checkpoint)[0].name
+    new = "a:b,c%.safetensors"
+    index = checkpoint / "model.safetensors.index.json"
+    document = json.loads(index.read_text())
+    (checkpoint / old).rename(checkpoint / new)
+    document["weight_map"] = {tensor: new if file == old else file for tensor, file in document["weight_map"].items()}
+    index.write_text(json.dumps(document))
+    lines = check_in(checkpoint.parent, "ckpt", "--output-format", "github").stdout.splitlines()
+    assert any(line.startswith("::warning file=ckpt/a%3Ab%2Cc%25.safetensors,title=NV101") for line in lines)
+
+
+# SARIF (its schema: tests/publishing/test_output_schemas.py)
+
+
+def sarif(folder: Path, *args: str | Path) -> dict:
+    result = check_in(folder, *args, "--output-format", "sarif")
+    assert result.returncode in (0, 1), result.stderr
+    return json.loads(result.stdout)
+
+
+def test_sarif_has_one_result_per_finding_at_its_file_and_tensor(broken):
+    checkpoint, name = broken
+    (run,) = sarif(checkpoint.parent, "ckpt")["runs"]
+    assert len(run["results"]) == 49
+    (nan,) = [r for r in run["results"] if r["ruleId"] == "NV301"]
+    assert nan["level"] == "error"
+    assert run["tool"]["driver"]["rules"][nan["ruleIndex"]]["id"] == "NV301"
+    (location,) = nan["locations"]
+    assert location["physicalLocation"] == {
+        "artifactLocation": {"uri": "ckpt/model-00001-of-00003.safetensors", "uriBaseId": "%SRCROOT%"},
+        "region": {"startLine": 1},
+    }
+    assert location["logicalLocations"][0]["fullyQualifiedName"] == name
+    assert nan["message"]["text"].startswith(f"{name}: is NaN: vLLM computes with 1/scale")
+
+
+def test_sarif_lists_every_rule_applied_with_its_explanation(checkpoint):
+    driver = sarif(checkpoint.parent, "ckpt")["runs"][0]["tool"]["driver"]
+    assert [rule["id"] for rule in driver["rules"]] == sorted(RULES)
+    nv101 = driver["rules"][0]
+    assert nv101["help"] == {"text": RULES["NV101"].explanation, "markdown": RULES["NV101"].explanation}
+    assert nv101["defaultConfiguration"] == {"level": "warning"}
+
+
+def test_sarif_fingerprints_stay_across_runs_and_differ_between_findings(checkpoint):
+    def fingerprints() -> list[str]:
+        results = sarif(checkpoint.parent, "ckpt")["runs"][0]["results"]
+        return [r["partialFingerprints"]["primaryLocationLineHash"] for r in results]
+
+    first = fingerprints()
+    assert first == fingerprints() and len(set(first)) == 48
+
+
+def test_sarif_names_a_file_outside_the_source_root_by_a_file_uri(checkpoint, tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    result = sarif(tmp_path / "elsewhere", checkpoint)["runs"][0]["results"][0]
+    artifact = result["locations"][0]["physicalLocation"]["artifactLocation"]
+    assert artifact == {"uri": (checkpoint / "model-00001-of-00003.safetensors").as_uri()}
+
+
+@pytest.fixture
+def clean_in_tmp(tmp_path: Path) -> Path:
+    return clean_checkpoint(tmp_path / "clean")
+
+
+# The commit checked, for a Hub repository
+
+
+def test_a_hub_check_names_the_commit_it_read_in_each_format(tmp_path):
+    pytest.importorskip("huggingface_hub")
+    from scalar_scales_testkit.hub_server import HubRepository, client_environment, commit_of, serve_hub
+
+    checkpoint = clean_checkpoint(tmp_path / "ckpt")
+    commit = commit_of(checkpoint)
+    with serve_hub({"org/model": HubRepository({"main": checkpoint})}) as (endpoint, _):
+        env = client_environment(endpoint, tmp_path)
+        text = run_cli("check", "hf://org/model@main", env=env).stdout.splitlines()
+        summary = json.loads(run_cli("check", "hf://org/model@main", "--json", env=env).stdout)["summary"]
+        (run,) = json.loads(run_cli("check", "hf://org/model@main", "--output-format", "sarif", env=env).stdout)["runs"]
+    assert text[0].startswith(f"hf://org/model@main (commit {commit}): 3 shards, ")
+    assert summary["commit"] == commit
+    assert run["versionControlProvenance"] == [
+        {"repositoryUri": "https://huggingface.co/org/model", "revisionId": commit, "mappedTo": {"uriBaseId": "HFREPO"}}
+    ]
+    assert run["originalUriBaseIds"] == {"HFREPO": {"uri": f"https://huggingface.co/org/model/resolve/{commit}/"}}
+
+
+def test_a_hub_finding_is_located_in_the_repository_at_the_commit(tmp_path):
+    pytest.importorskip("huggingface_hub")
+    from scalar_scales_testkit.hub_server import HubRepository, client_environment, serve_hub
+
+    checkpoint = make_checkpoint(tmp_path / "ckpt")
+    with serve_hub({"org/model": HubRepository({"main": checkpoint})}) as (endpoint, _):
+        env = client_environment(endpoint, tmp_path)
+        sarif_log = json.loads(run_cli("check", "hf://org/model", "--output-format", "sarif", env=env).stdout)
+        github = run_cli("check", "hf://org/model", "--output-format", "github", env=env).stdout.splitlines()
+    artifact = sarif_log["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]
+    assert artifact == {"uri": "model-00001-of-00003.safetensors", "uriBaseId": "HFREPO"}
+    assert github[0].startswith(
+        "::warning title=NV101 legacy-scale-shape::hf://org/model/model-00001-of-00003.safetensors: 16 findings"
+    )
