@@ -25,6 +25,7 @@ import math
 import operator
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from functools import cached_property
@@ -54,7 +55,7 @@ __all__ = [
     "scan_shards",
 ]
 
-NETWORK_READERS = 8
+NETWORK_READERS = 16
 """Shards read at once from a source on the network."""
 KV_SCALES = (".k_scale", ".v_scale")
 """The endings of a KV-cache scale's name, in compressed-tensors' layout (``self_attn.k_scale``) and ModelOpt's
@@ -236,7 +237,8 @@ def scan_shards(opened: OpenedCheckpoint, *, include: Sequence[str] = (), read_v
     def read(file: Any) -> ShardRead:
         return opened.source.read_shard(file, select, values=read_values)
 
-    reads = _each(read, opened.location.files, network=opened.source.network)
+    progress = getattr(opened.source, "progress", None)
+    reads = _each(read, opened.location.files, network=opened.source.network, progress=progress)
     layout = checkpoint_layout(opened.declared, [shard.header.names for shard in reads])
     kept = () if layout is None else layout.scale_suffixes
     shards = []
@@ -278,16 +280,40 @@ def checkpoint_layout(declared: Declaration | None, shards: Sequence[list[str]])
     return None
 
 
-def _each(read: Callable[[Any], ShardRead], files: Sequence[Any], *, network: bool) -> list[ShardRead]:
+def _each(
+    read: Callable[[Any], ShardRead],
+    files: Sequence[Any],
+    *,
+    network: bool,
+    progress: Callable[[int], AbstractContextManager[Callable[[], None]]] | None = None,
+) -> list[ShardRead]:
     """``read`` of each file, in order: one after the other, or in threads where each read waits on a server (the
-    first failing file's error is raised, and no further read is started)."""
+    first failing file's error is raised, and no further read is started).
+
+    ``progress(total)``: a source's progress bar (a Hub check's, on a
+    terminal), a context whose value is called as each file is read; it
+    ends before an error is raised, so the error starts on its own line.
+    """
     if not network or len(files) < 2:
         return list(map(read, files))
-    pool = ThreadPoolExecutor(max_workers=min(NETWORK_READERS, len(files)))
-    try:
-        return list(pool.map(read, files))
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+    with nullcontext(_nothing) if progress is None else progress(len(files)) as advance:
+
+        def read_one(file: Any) -> ShardRead:
+            found = read(file)
+            advance()
+            return found
+
+        pool = ThreadPoolExecutor(
+            max_workers=min(NETWORK_READERS, len(files)), thread_name_prefix="scalar-scales-shard"
+        )
+        try:
+            return list(pool.map(read_one, files))
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _nothing() -> None:
+    pass
 
 
 def _agrees_with(weight_map: dict[str, str]) -> Callable[[ShardScan], bool]:

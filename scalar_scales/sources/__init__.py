@@ -19,7 +19,8 @@ from scalar_scales.sources.checkpoint import (
     weight_map_of,
 )
 from scalar_scales.sources.declaration import MODELOPT_CONFIG_NAME, Declaration, Group, declaration
-from scalar_scales.sources.hub import HUB_PREFIX, HubShards, RemoteCheckpoint, is_hub_address, open_hub_checkpoint
+from scalar_scales.sources.hub import HubShards, RemoteCheckpoint, open_hub_checkpoint
+from scalar_scales.sources.hub_address import HUB_PREFIX, is_hub_address
 from scalar_scales.sources.local import (
     LOCAL_SHARDS,
     Checkpoint,
@@ -62,7 +63,8 @@ __all__ = [
 
 
 def open_checkpoint(path: str | os.PathLike[str]) -> OpenedCheckpoint:
-    """A local checkpoint (a folder or a ``.safetensors`` file), or ``hf://ORG/NAME[@REVISION]``."""
+    """A local checkpoint (a folder or a ``.safetensors`` file), or a Hub repository (``hf://ORG/NAME[@REVISION]``,
+    or its page's ``https://`` address)."""
     if isinstance(path, str) and is_hub_address(path):
         return open_hub_checkpoint(path)
     return open_local(path)

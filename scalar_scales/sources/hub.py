@@ -1,42 +1,59 @@
-"""Check a checkpoint on the Hugging Face Hub without downloading it: ``hf://ORG/NAME[@REVISION]``.
+"""Check a checkpoint on the Hugging Face Hub without downloading it: ``hf://ORG/NAME[@REVISION]``, or the
+address of its page (:mod:`.hub_address`).
 
 Only what the checks need is fetched: the repository's file list (the
-model-info endpoint), ``config.json`` and the index, each shard's header,
-and the bytes of its global scales, all through HTTP range requests on the
-files' resolve addresses. On a DeepSeek-V4-Flash-sized checkpoint that is
-well under 1% of its bytes. No byte is fetched twice: scale bytes inside a
-shard's first read are taken from it.
+model-info endpoint), then ``config.json`` and the index together, then each
+shard's header and the bytes of its global scales, all through HTTP range
+requests on the files' resolve addresses, several shards at once. On a
+DeepSeek-V4-Flash-sized checkpoint that is well under 1% of its bytes.
+
+Round trips, not bytes, are what a remote check waits on, so a shard is read
+in one request where it can be: the index says which tensors each shard
+holds, and so about how long its header is (:func:`header_estimate`); the
+first range asks for that much and a little more, which on a shard from the
+reference writer (tensors sorted by dtype, then name, so that the F32 global
+scales lead the data section) holds the header and the scales too. Where
+the header is longer, the rest is a second range; scales that lie elsewhere
+(a writer that scatters them among the weights) are read in ranges merged
+across gaps of up to :data:`MERGE_GAP`, each at most :data:`SPAN_CAP` long
+(:func:`coalesce`). No byte is fetched twice: bytes inside an earlier range
+are taken from it.
 
 Requests go through ``huggingface_hub``, the optional ``hub`` extra, so its
 endpoint (``HF_ENDPOINT``), token (``HF_TOKEN`` or a saved login), offline
-mode, timeouts (``HF_HUB_ETAG_TIMEOUT`` for the model info,
+mode and cache, timeouts (``HF_HUB_ETAG_TIMEOUT`` for the model info,
 ``HF_HUB_DOWNLOAD_TIMEOUT`` for files: 10 seconds each unless set),
-repository-id rules and redirects behave as everywhere else it is used. It
-is imported only here, and only when an ``hf://`` address is checked.
+repository-id rules, redirects and progress bars behave as everywhere else
+it is used. It is imported only here, and only when a Hub address is
+checked. With ``HF_HUB_OFFLINE=1`` the snapshot in its cache is checked as a
+local folder, at the commit the cache's ``refs/`` name.
 
 A server is not trusted. Every read is pinned to the commit the model info
 names, so a push during a check cannot mix two commits. A range reply must
 be 206, uncompressed, and hold exactly the bytes asked for, starting where
 its Content-Range says; bodies are read with a bound, so memory stays
 bounded whatever the server sends, and each request (connecting, its
-redirects, headers and body together) must finish within
-:data:`DEADLINE_FACTOR` times its timeout. Anything else (a malformed model
-info, a short or long body, a hang) is one line naming the address, exit 2.
+redirects, retries, headers and body together) must finish within
+:data:`~.hub_client.DEADLINE_FACTOR` times its timeout
+(:mod:`.hub_client`). Anything else (a malformed model info, a short or
+long body, a hang) is one line naming the address, exit 2.
 """
 
 from __future__ import annotations
 
-import queue
 import re
+import sys
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from scalar_scales.errors import CheckpointError
-from scalar_scales.files.header import header_length_of, parse_header
+from scalar_scales.files.header import MAX_HEADER_BYTES, header_length_of, parse_header
 from scalar_scales.files.json_document import MAX_JSON_BYTES, json_object
 from scalar_scales.files.scalars import read_scalars
 from scalar_scales.sources.checkpoint import (
@@ -50,23 +67,38 @@ from scalar_scales.sources.checkpoint import (
     shard_names,
 )
 from scalar_scales.sources.declaration import MODELOPT_CONFIG_NAME
+from scalar_scales.sources.hub_address import HUB_PREFIX, HubAddress, is_hub_address, parse_hub_address
+from scalar_scales.sources.hub_client import DEADLINE_FACTOR, Client
 
-__all__ = ["HUB_PREFIX", "HubShards", "RemoteCheckpoint", "is_hub_address", "open_hub_checkpoint"]
+__all__ = [
+    "DEADLINE_FACTOR",
+    "HUB_PREFIX",
+    "HubShards",
+    "RemoteCheckpoint",
+    "coalesce",
+    "header_estimate",
+    "is_hub_address",
+    "open_hub_checkpoint",
+]
 
-HUB_PREFIX = "hf://"
 FIRST_READ = 64 * 1024
-"""Bytes asked for first from each shard: the length and, for most shards, the whole header, in one request."""
+"""Bytes asked for first from a shard the index does not describe (a lone ``model.safetensors``)."""
+ENTRY_BYTES = 88
+"""A header entry's bytes beyond its tensor's name, as the reference writer writes them, with room to spare
+(``"NAME":{"dtype":"F8_E4M3","shape":[7168,256],"data_offsets":[1234567890,1234567891]},`` is 81 beyond it)."""
+SCALE_ROOM = 4
+"""Bytes after the header asked for with it per tensor of the shard: room for an F32 scale of each, so that scales
+leading the data section come in the same range."""
+AFTER_HEADER = 64 * 1024
+"""Bytes asked for after a header whose length was not known: where the reference writer puts the scales."""
 RANGE_GAP = 4096
-"""Scale byte ranges closer than this are fetched as one request."""
-DEADLINE_FACTOR = 6
-"""A request must end within this many times its timeout, however slowly the server trickles its bytes."""
-_CHUNK = 1 << 16
+"""Scale byte ranges closer than this are always one span."""
+MERGE_GAP = 1 << 20
+"""Scale ranges this close are fetched as one request: at 100 ms a round trip, a megabyte more costs about as much
+as another request on a 100 Mbit/s link, and a scattered layout's scales are read in few requests."""
+SPAN_CAP = 16 << 20
+"""The most one merged range may hold (besides one run of adjacent scales): what a reader holds in memory."""
 _COMMIT = re.compile(r"[0-9a-f]{40}")
-_ADDRESS = re.compile(r"hf://(?P<repo>[^/@\s]+/[^/@\s]+)(?:@(?P<revision>\S+))?")
-
-
-def is_hub_address(path: str) -> bool:
-    return path.startswith(HUB_PREFIX)
 
 
 @dataclass(frozen=True)
@@ -81,78 +113,30 @@ class RemoteCheckpoint:
     modelopt_config: str | None = None
 
 
-class _Client:
-    """GET requests through huggingface_hub's session, each with a timeout, a deadline and a bound on its body."""
+def header_estimate(weight_map: dict[str, str] | None) -> dict[str, int]:
+    """Bytes to ask for first from each shard the index names: its 8-byte length, a header of its tensors'
+    entries (:data:`ENTRY_BYTES` each beyond the name) and :data:`SCALE_ROOM` per tensor after it; capped at the
+    longest header the reader accepts. Empty without an index."""
+    if weight_map is None:
+        return {}
+    sizes: dict[str, int] = {}
+    for tensor, shard in weight_map.items():
+        sizes[shard] = sizes.get(shard, 8 + 4096) + len(tensor.encode()) + ENTRY_BYTES + SCALE_ROOM
+    return {shard: min(size, 8 + MAX_HEADER_BYTES) for shard, size in sizes.items()}
 
-    def __init__(self, timeout: float) -> None:
-        from huggingface_hub.utils import build_hf_headers, get_session
 
-        self._session = get_session()
-        self._headers = build_hf_headers()
-        self.timeout = timeout
-        self.deadline = DEADLINE_FACTOR * timeout
-
-    def fetch(
-        self, url: str, where: str, headers: dict[str, str], limit: Callable[[Any], int], *, decoded: bool
-    ) -> bytes:
-        """The body of the reply to a GET, whole within :attr:`deadline` (connecting, redirects, headers and
-        body together), or a one-line :class:`CheckpointError` naming ``where``.
-
-        ``limit(response)`` checks the reply's status and headers and says how
-        many bytes its body may hold (more is refused); ``decoded``: the body as
-        the server's Content-Encoding inflates it, else the bytes as sent. A
-        416 (a range past the end of the file) is left to ``limit``.
-
-        The request runs in a thread of its own, and this one waits for it
-        until the deadline: an httpx timeout bounds each wait for the socket,
-        not the request, so a server that trickles a byte at a time would
-        hold the request for as long as it likes. A request past the
-        deadline is left to end in its (daemon) thread, whose socket's own
-        timeout still ends it, or the process's exit; what it reads is
-        bounded by ``limit``.
-        """
-        outcome: queue.SimpleQueue[bytes | BaseException] = queue.SimpleQueue()
-
-        def request() -> None:
-            try:
-                outcome.put(self._request(url, where, headers, limit, decoded))
-            except BaseException as error:  # handed to the waiting thread, which raises it
-                outcome.put(error)
-
-        threading.Thread(target=request, name="scalar-scales-hub-request", daemon=True).start()
-        try:
-            found = outcome.get(timeout=self.deadline)
-        except queue.Empty:
-            raise CheckpointError(where, f"the server took over {self.deadline:g} s to reply") from None
-        if isinstance(found, BaseException):
-            raise found
-        return found
-
-    def _request(
-        self, url: str, where: str, headers: dict[str, str], limit: Callable[[Any], int], decoded: bool
-    ) -> bytes:
-        with (
-            _hub_errors(where),
-            self._session.stream("GET", url, headers={**self._headers, **headers}, timeout=self.timeout) as response,
+def coalesce(spans: list[tuple[int, int]], gap: int = MERGE_GAP, cap: int = SPAN_CAP) -> list[tuple[int, int]]:
+    """Sorted, non-overlapping ``(begin, end)`` byte spans merged into the ranges to request: across gaps under
+    :data:`RANGE_GAP` always, and across gaps under ``gap`` while the range stays within ``cap``."""
+    merged: list[tuple[int, int]] = []
+    for begin, end in spans:
+        if merged and (
+            begin - merged[-1][1] < RANGE_GAP or (begin - merged[-1][1] < gap and end - merged[-1][0] <= cap)
         ):
-            if response.status_code >= 400 and response.status_code != 416:
-                _read(response, where, 1 << 20, decoded=True)
-                from huggingface_hub.utils import hf_raise_for_status
-
-                hf_raise_for_status(response)
-            return _read(response, where, limit(response), decoded=decoded)
-
-
-def _read(response: Any, where: str, limit: int, *, decoded: bool) -> bytes:
-    """The body, at most ``limit`` bytes (more is refused)."""
-    chunks, size = [], 0
-    stream = response.iter_bytes(_CHUNK) if decoded else response.iter_raw(_CHUNK)
-    for chunk in stream:
-        size += len(chunk)
-        if size > limit:
-            raise CheckpointError(where, f"the server sent more than the {limit} bytes asked for")
-        chunks.append(chunk)
-    return b"".join(chunks)
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((begin, end))
+    return merged
 
 
 class HubShards:
@@ -166,8 +150,10 @@ class HubShards:
         self.address = address
         self.commit = commit
         self._url: Callable[[str], str] = lambda name: hf_hub_url(repo_id, name, revision=commit)
-        self._client = _Client(constants.HF_HUB_DOWNLOAD_TIMEOUT)
+        self._client = Client(constants.HF_HUB_DOWNLOAD_TIMEOUT)
         self._lock = threading.Lock()
+        self.first_reads: dict[str, int] = {}
+        """Bytes to ask for first from each shard (:func:`header_estimate`); :data:`FIRST_READ` for others."""
         self.bytes_fetched = 0
         self.file_sizes: dict[str, int] = {}
         """The size of each file read from, as the server reports it."""
@@ -180,26 +166,64 @@ class HubShards:
     def label(self, name: str) -> str:
         return f"{self.address}/{name}"
 
+    @contextmanager
+    def progress(self, total: int) -> Iterator[Callable[[], None]]:
+        """A progress bar over ``total`` shards, huggingface_hub's (its tqdm honours ``HF_HUB_DISABLE_PROGRESS_BARS``
+        and ``disable_progress_bars()``), on stderr and only where stderr is a terminal, so that stdout (JSON)
+        stays clean; cleared when done or failed, so that what is printed next starts on its own line."""
+        from huggingface_hub.utils import tqdm
+
+        progress_bar: Any = tqdm  # untyped in some huggingface_hub versions
+        bar = progress_bar(
+            total=total,
+            unit="shard",
+            desc=f"Reading {self.address}",
+            file=sys.stderr,
+            leave=False,
+            disable=not _is_terminal(sys.stderr),
+        )
+        try:
+            yield lambda: bar.update(1)
+        finally:
+            bar.close()
+
     def read_shard(self, file: str, select: ScaleSelector, *, values: bool) -> ShardRead:
-        """The shard's header from its first range (a second where the header is longer), and the values of the
-        scales ``select`` picks, taken from that first range where they lie inside it."""
+        """The shard's header and the values of the scales ``select`` picks, in one range where the index's
+        estimate holds them (:func:`header_estimate`), else in a second for the rest of the header and ranges
+        merged by :func:`coalesce` for scales elsewhere."""
         name = shard_name(file)
-        first, size = self._get(name, 0, FIRST_READ - 1)
+        first, size = self._get(name, 0, self.first_reads.get(name, FIRST_READ) - 1)
         with self._lock:
             self.file_sizes[name] = size
         length = header_length_of(file, first[:8], size)
-        raw = first[8 : 8 + length]
-        if len(raw) < length:
-            rest, _ = self._get(name, 8 + len(raw), 8 + length - 1)
-            raw += rest
-        header = parse_header(file, raw, size)
+        if len(first) < 8 + length:
+            rest, _ = self._get(name, len(first), 8 + length + AFTER_HEADER - 1)
+            first += rest
+        header = parse_header(file, first[8 : 8 + length], size)
         indices = select(header)
         if not values or not indices:
             return ShardRead(header, indices, [None] * len(indices))
+        start, held = header.data_start, len(first)
+        spans = sorted(
+            (max(start + header.begins[i], held), start + header.ends[i])
+            for i in indices
+            if header.ends[i] - header.begins[i] <= 8 and start + header.ends[i] > held
+        )
+        # From where the first range ended: a run of scales that began inside it is read on from there.
+        ranges = [(begin, end) for begin, end in coalesce([(held, held), *spans]) if end > begin]
+        fetched = [(begin, self._get(name, begin, end - 1)[0]) for begin, end in ranges]
 
         def read(begin: int, end: int) -> bytes:
-            at, stop = header.data_start + begin, header.data_start + end
-            return first[at:stop] if stop <= len(first) else self._get(name, at, stop - 1)[0]
+            """Bytes of the data section: from the first range, then from the merged range that holds the rest."""
+            at, stop = start + begin, start + end
+            head = first[at:stop]
+            at = max(at, held)
+            if at >= stop:
+                return head
+            for offset, data in fetched:
+                if offset <= at and stop <= offset + len(data):
+                    return head + data[at - offset : stop - offset]
+            return head + self._get(name, at, stop - 1)[0]  # not met: a run of scales is never split
 
         found = read_scalars(
             [header.dtypes[i] for i in indices],
@@ -246,7 +270,7 @@ class HubShards:
                 raise CheckpointError(
                     where, f"the server sent bytes {start}-{end} of {size} where {first}-{last} were asked for"
                 )
-            span.extend(found)
+            span[:] = found
             return end - start + 1
 
         body = self._client.fetch(self._url(name), where, headers, limit, decoded=False)
@@ -261,46 +285,17 @@ class HubShards:
             self.bytes_fetched += size
 
 
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # replaced, or closed
+        return False
+
+
 def _content_range(header: str) -> tuple[int, int, int] | None:
     """(start, end, size) of ``bytes START-END/SIZE``, or None."""
     match = re.fullmatch(r"bytes (\d+)-(\d+)/(\d+)", header.strip())
     return None if match is None else (int(match[1]), int(match[2]), int(match[3]))
-
-
-@contextmanager
-def _hub_errors(where: str) -> Iterator[None]:
-    """Turn whatever ``huggingface_hub``, the network and a server's reply raise into a one-line
-    :class:`CheckpointError`."""
-    try:
-        yield
-    except CheckpointError:
-        raise
-    except Exception as error:
-        raise CheckpointError(where, _problem(error)) from None
-
-
-def _problem(error: Exception) -> str:
-    from huggingface_hub import errors
-
-    status = getattr(getattr(error, "response", None), "status_code", None)
-    first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
-    if isinstance(error, errors.OfflineModeIsEnabled):
-        return "HF_HUB_OFFLINE is set, and a remote check needs the network"
-    if isinstance(error, errors.GatedRepoError):
-        return f"the repository is gated and this token has no access (HTTP {status})"
-    if isinstance(error, errors.RepositoryNotFoundError):
-        return f"repository not found, or private and this token has no access (HTTP {status})"
-    if isinstance(error, errors.RevisionNotFoundError):
-        return f"revision not found (HTTP {status})"
-    if isinstance(error, errors.EntryNotFoundError):
-        return f"file not found (HTTP {status})"
-    if isinstance(error, errors.HfHubHTTPError):
-        return f"HTTP {status}: {first_line}"
-    if "Timeout" in type(error).__name__:
-        return f"the Hub did not answer in time ({first_line or 'timed out'})"
-    if isinstance(error, OSError) or type(error).__module__.split(".")[0] in {"httpx", "httpx2", "httpcore"}:
-        return f"cannot reach the Hub: {first_line}"
-    return f"unexpected reply ({type(error).__name__}: {first_line})"
 
 
 def _model_info(repo_id: str, revision: str | None, address: str) -> tuple[str, set[str]]:
@@ -315,7 +310,7 @@ def _model_info(repo_id: str, revision: str | None, address: str) -> tuple[str, 
     url = f"{constants.ENDPOINT}/api/models/{repo_id}"
     if revision is not None:
         url += f"/revision/{quote(revision, safe='')}"
-    client = _Client(constants.HF_HUB_ETAG_TIMEOUT)
+    client = Client(constants.HF_HUB_ETAG_TIMEOUT)
     body = client.fetch(url, address, {}, lambda response: MAX_JSON_BYTES, decoded=True)
     try:
         info = json_object(body, address)
@@ -347,28 +342,61 @@ def _start_huggingface_hub(address: str) -> None:
         ) from None
 
 
+def _open_cached(hub: HubAddress) -> OpenedCheckpoint:
+    """The snapshot of the repository in huggingface_hub's cache, checked as a local folder, with the commit the
+    cache's ``refs/`` name for the revision (or the revision, where it is a commit)."""
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    from scalar_scales.sources.local import open_local
+
+    try:
+        folder = Path(snapshot_download(hub.repo_id, revision=hub.revision, local_files_only=True))
+    except LocalEntryNotFoundError:
+        raise CheckpointError(
+            hub.given,
+            f"HF_HUB_OFFLINE is set and huggingface_hub's cache ({constants.HF_HUB_CACHE}) holds no snapshot of "
+            f"it; unset HF_HUB_OFFLINE to check it over the network, or download it first (hf download "
+            f"{hub.repo_id}" + (f" --revision {hub.revision}" if hub.revision else "") + ")",
+        ) from None
+    except Exception as error:
+        raise CheckpointError(hub.given, f"huggingface_hub's cache cannot be read ({type(error).__name__})") from None
+    commit = folder.name if _COMMIT.fullmatch(folder.name) else None
+    return replace(open_local(folder), commit=commit)
+
+
 def open_hub_checkpoint(address: str) -> OpenedCheckpoint:
-    """The checkpoint at ``hf://ORG/NAME[@REVISION]``, its parsed config, and the reader of its files, all at the
-    commit the revision names now."""
-    match = _ADDRESS.fullmatch(address)
-    if match is None:
-        raise CheckpointError(address, "not a Hub address; the form is hf://ORG/NAME or hf://ORG/NAME@REVISION")
+    """The checkpoint at a Hub address (:func:`~.hub_address.parse_hub_address`), its parsed configs, and the
+    reader of its files, all at the commit the revision names now; offline, the cached snapshot's."""
     _start_huggingface_hub(address)
+    hub = parse_hub_address(address)
+    from huggingface_hub import constants
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
-    repo_id, revision = match["repo"], match["revision"]
     try:
-        validate_repo_id(repo_id)
+        validate_repo_id(hub.repo_id)
     except HFValidationError as error:
         raise CheckpointError(address, f"not a repository id huggingface_hub accepts: {error}") from None
-    commit, siblings = _model_info(repo_id, revision, address)
-    shards = HubShards(address, repo_id, commit)
-    config, modelopt_config = (
-        shards.read_json(name) if name in siblings else None for name in (CONFIG_NAME, MODELOPT_CONFIG_NAME)
-    )
-    names, weight_map = shard_names(siblings.__contains__, lambda: shards.read_json(INDEX_NAME), address, shards.label)
+    if constants.HF_HUB_OFFLINE:
+        return _open_cached(hub)
+    root = hub.canonical
+    commit, siblings = _model_info(hub.repo_id, hub.revision, root)
+    shards = HubShards(root, hub.repo_id, commit)
+    wanted = [name for name in (CONFIG_NAME, MODELOPT_CONFIG_NAME, INDEX_NAME) if name in siblings]
+    pool = ThreadPoolExecutor(max_workers=max(1, len(wanted)), thread_name_prefix="scalar-scales-hub-json")
+    try:
+        documents: dict[str, Future[dict[str, Any]]] = {name: pool.submit(shards.read_json, name) for name in wanted}
+        config, modelopt_config = (
+            documents[name].result() if name in documents else None for name in (CONFIG_NAME, MODELOPT_CONFIG_NAME)
+        )
+        names, weight_map = shard_names(
+            siblings.__contains__, lambda: documents[INDEX_NAME].result(), root, shards.label
+        )
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    shards.first_reads = header_estimate(weight_map)
     checkpoint = RemoteCheckpoint(
-        root=address,
+        root=root,
         files=tuple(map(shards.label, names)),
         config=shards.label(CONFIG_NAME) if config is not None else None,
         weight_map=weight_map,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 from dataclasses import dataclass
 from functools import cached_property
@@ -104,6 +105,8 @@ def resolve_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
             raise CheckpointError(root, "not a .safetensors file")
         return Checkpoint(root, Path(os.path.realpath(root.parent)), None, file=root)
     if kind == "missing":
+        if _looks_like_a_repository(os.fspath(path)):
+            raise CheckpointError(root, f"no such file or folder; for the Hub repository, write hf://{os.fspath(path)}")
         raise CheckpointError(root, "no such file or folder")
     if kind != "a folder":
         raise CheckpointError(root, f"is {kind}, not a checkpoint folder or a .safetensors file")
@@ -112,6 +115,14 @@ def resolve_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
         for name in (CONFIG_NAME, MODELOPT_CONFIG_NAME)
     )
     return Checkpoint(root, Path(os.path.realpath(root)), config, modelopt_config)
+
+
+_REPOSITORY_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]*[A-Za-z0-9_]", re.ASCII)
+
+
+def _looks_like_a_repository(path: str) -> bool:
+    """``ORG/NAME`` as the Hub spells repository ids (the bare form ``hf download`` takes): two names, no more."""
+    return _REPOSITORY_ID.fullmatch(path) is not None and ".." not in path
 
 
 def _kind(path: Path) -> str:

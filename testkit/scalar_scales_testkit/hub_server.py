@@ -34,11 +34,20 @@ seen, or could be made, to answer:
 ``trickle-body``    ranges: honest headers, then the body one byte every 0.3 s
 ``trickle-headers`` ranges: the status line and headers one byte every 0.5 s
 ``slow-redirects``  shards: 20 redirects, each answered after 0.8 s, before the file
+``drop-once``       every request's first try (by path and Range): the connection closed, no reply
+``503-once``        every request's first try: 503 Service Unavailable
+``429-once``        every request's first try: 429 Too Many Requests, ``Retry-After: 1``
+``503-always``      every request: 503
 ==================  =================================================================================
+
+``latency`` (seconds, :func:`serve_hub`) delays every reply, each request on
+its own, as a distant server's round trip does; requests are served in
+threads, so requests in parallel wait together.
 
 It listens on 127.0.0.1 in a thread of the test process and counts every
 body byte it sends for a file, so a test can hold the client's own count
-against it. A whole file (the reply to a request without a range, or to any
+against it, and each request (:attr:`ServedBytes.requests`; :meth:`ServedBytes.ranges` counts the range
+requests per file). A whole file (the reply to a request without a range, or to any
 request where ``ranges`` is False) is sent 64 kB at a time, each chunk
 counted once the socket has taken it: for a client that hangs up on it, the
 count is what its connection took, not the file's size.
@@ -50,6 +59,7 @@ import gzip
 import hashlib
 import json
 import re
+import struct
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -59,7 +69,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
-__all__ = ["MISBEHAVIOURS", "HubRepository", "ServedBytes", "client_environment", "commit_of", "serve_hub"]
+__all__ = [
+    "MISBEHAVIOURS",
+    "HubRepository",
+    "ServedBytes",
+    "client_environment",
+    "commit_of",
+    "scatter_scales",
+    "serve_hub",
+]
 
 MISBEHAVIOURS = (
     "hang",
@@ -76,6 +94,10 @@ MISBEHAVIOURS = (
     "trickle-body",
     "trickle-headers",
     "slow-redirects",
+    "drop-once",
+    "503-once",
+    "429-once",
+    "503-always",
 )
 
 
@@ -106,6 +128,19 @@ class ServedBytes:
     requests: list[tuple[str, str | None]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def ranges(self) -> dict[str, int]:
+        """The range requests answered from storage (past the resolve address's redirect), per shard file name."""
+        counts: dict[str, int] = {}
+        for path, range_ in self.requests:
+            if path.startswith("/storage/") and range_ is not None:
+                name = path.rpartition("/")[2]
+                counts[name] = counts.get(name, 0) + 1
+        return counts
+
+    def count(self, ending: str) -> int:
+        """The requests whose path ends with ``ending``."""
+        return sum(path.endswith(ending) for path, _ in self.requests)
+
 
 _RESOLVE = re.compile(r"/(?P<repo>[^/]+/[^/]+)/resolve/(?P<revision>[^/]+)/(?P<file>.+)")
 _STORAGE = re.compile(r"/storage/(?P<repo>[^/]+/[^/]+)/(?P<revision>[^/]+)/(?P<file>.+)")
@@ -119,12 +154,42 @@ _BOMB = gzip.compress(bytes(1 << 30), compresslevel=9)
 
 class _QuietServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128
+    """Connections a burst of parallel requests may open before they are accepted (socketserver's default, 5,
+    drops the rest, which a client then retries after a second)."""
 
     def handle_error(self, request: object, client_address: object) -> None:
         """A client that hangs up mid-reply (it refused a reply) is expected; anything else is a bug."""
         error = sys.exc_info()[1]
         if not isinstance(error, ConnectionError | TimeoutError):
             super().handle_error(request, client_address)
+
+
+def scatter_scales(folder: Path) -> Path:
+    """Rewrite every shard of ``folder`` the way a writer that does not sort tensors by dtype lays it out: each
+    module's tensors together, its weights then its scales, so that the scales lie among the weights rather than
+    leading the data section. Same tensors, same bytes, same index; returns ``folder``."""
+    for shard in sorted(folder.glob("*.safetensors")):
+        raw = shard.read_bytes()
+        (length,) = struct.unpack("<Q", raw[:8])
+        header = json.loads(raw[8 : 8 + length])
+        metadata = header.pop("__metadata__", None)
+        start = 8 + length
+
+        def order(name: str, header: dict = header) -> tuple[str, bool, str]:
+            module, _, leaf = name.rpartition(".")
+            return module, leaf.endswith("scale") and header[name]["dtype"] == "F32", leaf
+
+        entries, chunks, offset = {}, [], 0
+        for name in sorted(header, key=order):
+            first, last = header[name]["data_offsets"]
+            entries[name] = {**header[name], "data_offsets": [offset, offset + last - first]}
+            chunks.append(raw[start + first : start + last])
+            offset += last - first
+        encoded = json.dumps({"__metadata__": metadata, **entries} if metadata else entries, separators=(",", ":"))
+        encoded += " " * (-len(encoded) % 8)
+        shard.write_bytes(struct.pack("<Q", len(encoded)) + encoded.encode() + b"".join(chunks))
+    return folder
 
 
 def client_environment(endpoint: str, folder: Path, token: str | None = None) -> dict[str, str | None]:
@@ -134,9 +199,12 @@ def client_environment(endpoint: str, folder: Path, token: str | None = None) ->
 
 
 @contextmanager
-def serve_hub(repositories: dict[str, HubRepository]) -> Iterator[tuple[str, ServedBytes]]:
-    """Serve ``repositories`` (by ``ORG/NAME``) until the block ends; yield the endpoint and the byte count."""
+def serve_hub(repositories: dict[str, HubRepository], latency: float = 0.0) -> Iterator[tuple[str, ServedBytes]]:
+    """Serve ``repositories`` (by ``ORG/NAME``) until the block ends, each reply ``latency`` seconds after its
+    request; yield the endpoint and the byte count."""
     served = ServedBytes()
+    tried: set[tuple[str, str | None]] = set()
+    """Each request (path and Range) seen: a ``-once`` misbehaviour fails only its first try."""
     commits: dict[str, Path] = {commit_of(p): p for r in repositories.values() for p in r.revisions.values()}
     released = threading.Event()
     """Set when the block ends: what hangs stops hanging, so the server can shut down."""
@@ -145,10 +213,22 @@ def serve_hub(repositories: dict[str, HubRepository]) -> Iterator[tuple[str, Ser
         def log_message(self, *args: object) -> None:
             pass
 
+        def do_HEAD(self) -> None:
+            """As GET, without the body: huggingface_hub's own ``file_exists`` and ``hf_hub_download`` (the
+            benchmark's comparison, a test's cache) ask for a file's metadata so."""
+            self.do_GET()
+
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
+            key = (path, self.headers.get("Range"))
             with served.lock:
-                served.requests.append((path, self.headers.get("Range")))
+                served.requests.append(key)
+                first_try = key not in tried
+                tried.add(key)
+            if latency and released.wait(latency):
+                return
+            if self._transient(path, first_try):
+                return
             if match := _MODEL_INFO.fullmatch(path):
                 self._model_info(match["repo"], unquote(match["revision"] or "main"))
             elif match := _RESOLVE.fullmatch(path):
@@ -157,6 +237,22 @@ def serve_hub(repositories: dict[str, HubRepository]) -> Iterator[tuple[str, Ser
                 self._resolve(match["repo"], unquote(match["revision"]), unquote(match["file"]), redirect=False)
             else:
                 self._error(404, "RepoNotFound", "no such endpoint")
+
+        def _transient(self, path: str, first_try: bool) -> bool:
+            """Fail the request as a server does for a moment, where its repository misbehaves so; True if it
+            did."""
+            repo = next((m["repo"] for p in (_MODEL_INFO, _RESOLVE, _STORAGE) if (m := p.fullmatch(path))), None)
+            misbehave = repositories[repo].misbehave if repo in repositories else None
+            if misbehave == "503-always" or (misbehave == "503-once" and first_try):
+                self._error(503, "ServiceUnavailable", "Service Unavailable")
+            elif misbehave == "429-once" and first_try:
+                body = json.dumps({"error": "rate limited"}).encode()
+                self._send(429, body, {"Retry-After": "1"})
+            elif misbehave == "drop-once" and first_try:
+                self.close_connection = True
+            else:
+                return False
+            return True
 
         def _folder(self, repo: str, revision: str) -> Path | None:
             repository = repositories.get(repo)
@@ -218,12 +314,18 @@ def serve_hub(repositories: dict[str, HubRepository]) -> Iterator[tuple[str, Ser
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
+            stat = file.stat()
+            etag = '"' + hashlib.sha1(f"{file}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest() + '"'
             if redirect and name.endswith(".safetensors"):
                 self.send_response(302)
                 self.send_header("Location", f"/storage/{repo}/{commit_of(folder)}/{name}")
                 self.send_header("Content-Length", "0")
+                for key, value in {"X-Repo-Commit": commit_of(folder), "ETag": etag, "X-Linked-Etag": etag}.items():
+                    self.send_header(key, value)
+                self.send_header("X-Linked-Size", str(stat.st_size))
                 self.end_headers()
                 return
+            self._file_headers = {"X-Repo-Commit": commit_of(folder), "ETag": etag}
             if repository.misbehave in ("hang", "hang-files"):
                 released.wait()
                 return
@@ -284,7 +386,11 @@ def serve_hub(repositories: dict[str, HubRepository]) -> Iterator[tuple[str, Ser
             self.send_response(200)
             self.send_header("Content-Length", str(size))
             self.send_header("Accept-Ranges", "bytes")
+            for key, value in getattr(self, "_file_headers", {}).items():
+                self.send_header(key, value)
             self.end_headers()
+            if self.command == "HEAD":
+                return
             with open(file, "rb") as f:
                 while chunk := f.read(_FILE_CHUNK):
                     self.wfile.write(chunk)
@@ -300,6 +406,8 @@ def serve_hub(repositories: dict[str, HubRepository]) -> Iterator[tuple[str, Ser
             for key, value in {"Content-Length": str(len(body)), "Accept-Ranges": "bytes", **headers}.items():
                 self.send_header(key, value)
             self.end_headers()
+            if self.command == "HEAD":
+                return
             self.wfile.write(body)
             if count:
                 with served.lock:

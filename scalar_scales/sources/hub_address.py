@@ -1,0 +1,113 @@
+"""How a Hub repository can be named: ``hf://ORG/NAME[@REVISION]``, or the address of its page that a user copies
+from a browser, ``https://huggingface.co/ORG/NAME`` or ``.../ORG/NAME/tree/REVISION``.
+
+Recognising an address imports nothing: ``hf://`` and any ``http(s)://``
+address are meant for the Hub (no local path starts so), and
+``huggingface_hub`` is imported only once one is checked. The hosts taken for
+the Hub are ``huggingface.co`` (``hf.co``, ``www.``) and the host of the
+endpoint huggingface_hub reads from ``HF_ENDPOINT`` (its
+``constants.ENDPOINT``), so that a mirror's page addresses work too; any other
+host is refused in one line. Every form is read into one :class:`HubAddress`, whose
+:attr:`~HubAddress.canonical` ``hf://`` form names the checkpoint in the
+report, whatever form was given.
+
+A page's revision is everything after ``/tree/``, percent-decoded: the Hub's
+own links spell ``refs/pr/1`` as ``refs%2Fpr%2F1``, and a branch may hold a
+``/``, so neither form is cut at a slash. A file's page (``/blob/...``,
+``/resolve/...``) names one file, not a checkpoint, and is refused with the
+address to check instead; so is a dataset's or a Space's.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit
+
+from scalar_scales.errors import CheckpointError
+
+__all__ = ["HUB_HOSTS", "HUB_PREFIX", "HubAddress", "is_hub_address", "parse_hub_address"]
+
+HUB_PREFIX = "hf://"
+HUB_HOSTS = frozenset({"huggingface.co", "www.huggingface.co", "hf.co"})
+"""The Hub's own hosts; the host of ``HF_ENDPOINT`` is taken too."""
+_ADDRESS = re.compile(r"hf://(?P<repo>[^/@\s]+/[^/@\s]+)(?:@(?P<revision>\S+))?")
+_FORMS = "hf://ORG/NAME[@REVISION], https://huggingface.co/ORG/NAME or https://huggingface.co/ORG/NAME/tree/REVISION"
+
+
+@dataclass(frozen=True)
+class HubAddress:
+    """A repository and the revision asked for (None: its default branch), and the address as the user gave it."""
+
+    repo_id: str
+    revision: str | None
+    given: str
+
+    @property
+    def canonical(self) -> str:
+        """``hf://ORG/NAME`` or ``hf://ORG/NAME@REVISION``: how the report names the checkpoint and its files."""
+        return HUB_PREFIX + self.repo_id + ("" if self.revision is None else f"@{self.revision}")
+
+
+def is_hub_address(path: str) -> bool:
+    """``path`` is meant for the Hub: ``hf://...``, or an ``http(s)://`` address, which :func:`parse_hub_address`
+    then reads, or refuses where its host is not the Hub's."""
+    return path.startswith(HUB_PREFIX) or _host(path) is not None
+
+
+def parse_hub_address(address: str) -> HubAddress:
+    """The repository and revision ``address`` names, or a one-line :class:`CheckpointError` saying which forms
+    are understood. The repository id is not validated here: huggingface_hub's rules are, once it is imported."""
+    if address.startswith(HUB_PREFIX):
+        match = _ADDRESS.fullmatch(address)
+        if match is None:
+            raise CheckpointError(address, "not a Hub address; the form is hf://ORG/NAME or hf://ORG/NAME@REVISION")
+        return HubAddress(match["repo"], match["revision"], address)
+    host = _host(address)
+    if host is None or host not in _hub_hosts():
+        raise CheckpointError(
+            address, f"not a Hub address: its host is neither the Hub's nor HF_ENDPOINT's; the forms are {_FORMS}"
+        )
+    parts = urlsplit(address)
+    segments = parts.path.strip("/").split("/") if parts.path.strip("/") else []
+    if segments[:1] in (["datasets"], ["spaces"]):
+        kind = "a dataset" if segments[0] == "datasets" else "a Space"
+        raise CheckpointError(address, f"names {kind}, not a model repository")
+    if len(segments) < 2 or any(not segment for segment in segments[:2]):
+        raise CheckpointError(address, f"not a repository's address; the forms are {_FORMS}")
+    repo_id = unquote(segments[0]) + "/" + unquote(segments[1])
+    rest = segments[2:]
+    if not rest:
+        return HubAddress(repo_id, None, address)
+    if rest[0] == "tree" and len(rest) > 1:
+        revision = unquote("/".join(rest[1:]))
+        if not revision.strip() or any(ord(c) < 32 for c in revision):
+            raise CheckpointError(address, "names no revision after /tree/")
+        return HubAddress(repo_id, revision, address)
+    if rest[0] in ("blob", "resolve") and len(rest) > 2:
+        revision = unquote(rest[1])
+        raise CheckpointError(
+            address, f"names one file, not a checkpoint; check the repository: hf://{repo_id}@{revision}"
+        )
+    raise CheckpointError(address, f"not a repository's address; the forms are {_FORMS}")
+
+
+def _host(path: str) -> str | None:
+    """The lowercased host (with its port) of an ``http(s)://`` address; None for anything else."""
+    if not path.lower().startswith(("http://", "https://")):
+        return None
+    try:
+        return urlsplit(path).netloc.lower() or None
+    except ValueError:  # an address urllib refuses (an unclosed IPv6 bracket)
+        return None
+
+
+def _hub_hosts() -> frozenset[str]:
+    """The Hub's hosts and the host of huggingface_hub's endpoint; without huggingface_hub, the Hub's (checking the
+    address then says what to install)."""
+    try:
+        from huggingface_hub import constants
+    except Exception:  # not installed, or refusing its settings: open_hub_checkpoint says which, in one line
+        return HUB_HOSTS
+    host = _host(constants.ENDPOINT)
+    return HUB_HOSTS | ({host} if host else set())

@@ -1,0 +1,303 @@
+"""How ``check`` reaches a Hub repository: the names it takes, its offline cache, retries of what fails for a
+moment, how few requests it makes, and its progress bar; against the test kit's Hub stand-in on 127.0.0.1."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import select
+import struct
+import subprocess
+import sys
+import termios
+import time
+from pathlib import Path
+
+import pytest
+
+from scalar_scales.sources.hub_address import is_hub_address, parse_hub_address
+from scalar_scales_testkit.broken import clean_checkpoint
+from scalar_scales_testkit.cli import make_checkpoint, run_cli, shards
+from scalar_scales_testkit.hub_server import (
+    HubRepository,
+    client_environment,
+    commit_of,
+    scatter_scales,
+    serve_hub,
+)
+from scalar_scales_testkit.synthetic import write_synthetic_checkpoint
+
+pytest.importorskip("huggingface_hub")
+
+
+def findings(result: subprocess.CompletedProcess[str]) -> list[tuple]:
+    return [(f["code"], f["tensor"], f["file"].rpartition("/")[2]) for f in json.loads(result.stdout)["findings"]]
+
+
+def one_line(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 2, (result.stdout[-2000:], result.stderr[-2000:])
+    assert "Traceback" not in result.stderr
+    (line,) = result.stderr.splitlines()
+    return line
+
+
+# How a repository can be named.
+
+
+@pytest.mark.parametrize(
+    ("address", "repo_id", "revision"),
+    [
+        ("https://huggingface.co/org/model", "org/model", None),
+        ("https://huggingface.co/org/model/", "org/model", None),
+        ("https://hf.co/org/model/tree/v1.0", "org/model", "v1.0"),
+        ("https://huggingface.co/org/model/tree/refs%2Fpr%2F1", "org/model", "refs/pr/1"),
+        ("https://huggingface.co/org/model/tree/refs/pr/1", "org/model", "refs/pr/1"),
+        ("hf://org/model@refs/pr/1", "org/model", "refs/pr/1"),
+    ],
+)
+def test_a_hub_page_address_names_its_repository_and_revision(address, repo_id, revision):
+    assert is_hub_address(address)
+    parsed = parse_hub_address(address)
+    assert (parsed.repo_id, parsed.revision) == (repo_id, revision)
+
+
+def test_an_address_of_another_host_is_refused_in_one_line_naming_it(tmp_path):
+    with serve_hub({"org/model": HubRepository({"main": make_checkpoint(tmp_path / "ckpt")})}) as (endpoint, _):
+        result = run_cli("check", "https://example.com/org/model", env=client_environment(endpoint, tmp_path))
+    assert result.returncode == 2
+    line = one_line(result)
+    assert line.startswith("scalar-scales: error: https://example.com/org/model: not a Hub address"), line
+
+
+def test_the_endpoint_pages_address_is_checked_at_its_revision(tmp_path):
+    legacy, clean = make_checkpoint(tmp_path / "legacy"), clean_checkpoint(tmp_path / "clean")
+    with serve_hub({"org/model": HubRepository({"main": clean, "v1.0": legacy})}) as (endpoint, _):
+        env = client_environment(endpoint, tmp_path)
+        page = run_cli("check", f"{endpoint}/org/model/tree/v1.0", "--json", env=env)
+        address = run_cli("check", "hf://org/model@v1.0", "--json", env=env)
+    assert page.returncode == address.returncode == 0, page.stderr
+    assert findings(page) == findings(address) != []
+    assert json.loads(page.stdout)["summary"]["checkpoint"] == "hf://org/model@v1.0"
+
+
+def test_a_huggingface_co_address_is_read_through_the_configured_endpoint(tmp_path):
+    with serve_hub({"org/model": HubRepository({"main": clean_checkpoint(tmp_path / "ckpt")})}) as (endpoint, served):
+        result = run_cli("check", "https://huggingface.co/org/model", env=client_environment(endpoint, tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert served.count("/api/models/org/model") == 1
+
+
+@pytest.mark.parametrize("kind", ["blob", "resolve"])
+def test_a_files_address_is_refused_with_the_repositorys(kind):
+    result = run_cli("check", f"https://huggingface.co/org/model/{kind}/main/model.safetensors")
+    assert one_line(result).endswith("names one file, not a checkpoint; check the repository: hf://org/model@main")
+
+
+def test_a_datasets_address_is_refused():
+    assert one_line(run_cli("check", "https://huggingface.co/datasets/org/data")).endswith(
+        "names a dataset, not a model repository"
+    )
+
+
+def test_a_bare_repository_id_that_is_no_path_suggests_the_hub_address():
+    result = run_cli("check", "some-org/some-model")
+    assert one_line(result) == (
+        "scalar-scales: error: some-org/some-model: no such file or folder; for the Hub repository, write "
+        "hf://some-org/some-model"
+    )
+
+
+# Offline: the snapshot in huggingface_hub's cache.
+
+
+def cache_snapshot(cache: Path, repo_id: str, folder: Path, revision: str = "main") -> str:
+    """Lay ``folder`` out in huggingface_hub's cache as ``hf download`` does: blobs, a snapshot of links to them,
+    and the revision's ref; return the commit."""
+    commit = commit_of(folder)
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / revision).write_text(commit)
+    (repo / "blobs").mkdir(exist_ok=True)
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    for number, file in enumerate(sorted(folder.iterdir())):
+        blob = repo / "blobs" / f"{commit[:8]}{number:032x}"
+        blob.write_bytes(file.read_bytes())
+        (repo / "snapshots" / commit / file.name).symlink_to(os.path.relpath(blob, repo / "snapshots" / commit))
+    return commit
+
+
+def offline_environment(tmp_path: Path) -> dict[str, str]:
+    return {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf-home"), "HF_HUB_CACHE": str(tmp_path / "cache")}
+
+
+def test_offline_the_cached_snapshot_is_checked_as_the_local_folder_is(tmp_path):
+    checkpoint = make_checkpoint(tmp_path / "ckpt")
+    cache_snapshot(tmp_path / "cache", "org/model", checkpoint)
+    offline = run_cli("check", "hf://org/model", "--json", env=offline_environment(tmp_path))
+    local = run_cli("check", checkpoint, "--json")
+    assert offline.returncode == local.returncode == 0, offline.stderr
+    assert findings(offline) == findings(local) != []
+
+
+def test_offline_the_check_knows_the_commit_the_cache_names(tmp_path):
+    commit = cache_snapshot(tmp_path / "cache", "org/model", clean_checkpoint(tmp_path / "ckpt"), revision="v1.0")
+    script = "from scalar_scales.sources import open_checkpoint; print(open_checkpoint('hf://org/model@v1.0').commit)"
+    env = {**os.environ, **offline_environment(tmp_path)}
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip() == commit, result.stderr
+
+
+def test_offline_without_a_cached_snapshot_is_one_line_saying_how_to_go_online(tmp_path):
+    line = one_line(run_cli("check", "hf://org/model", env=offline_environment(tmp_path)))
+    assert line.startswith("scalar-scales: error: hf://org/model: HF_HUB_OFFLINE is set and huggingface_hub's cache")
+    assert line.endswith(
+        "unset HF_HUB_OFFLINE to check it over the network, or download it first (hf download org/model)"
+    )
+
+
+# Retries: what fails for a moment is tried again, within the request's deadline; nothing else is.
+
+
+@pytest.mark.parametrize("misbehave", ["drop-once", "503-once", "429-once"])
+def test_a_transient_failure_is_retried_and_the_check_matches_a_clean_one(tmp_path, misbehave):
+    checkpoint = make_checkpoint(tmp_path / "ckpt")
+    with serve_hub({"org/model": HubRepository({"main": checkpoint}, misbehave=misbehave)}) as (endpoint, served):
+        flaky = run_cli("check", "hf://org/model", "--json", env=client_environment(endpoint, tmp_path))
+    with serve_hub({"org/model": HubRepository({"main": checkpoint})}) as (endpoint, _):
+        clean = run_cli("check", "hf://org/model", "--json", env=client_environment(endpoint, tmp_path))
+    assert flaky.returncode == clean.returncode == 0, flaky.stderr
+    assert flaky.stderr == ""
+    assert findings(flaky) == findings(clean) != []
+    assert served.count("/api/models/org/model") == 2
+
+
+def test_a_server_that_always_fails_ends_the_check_with_one_line_within_the_deadline(tmp_path):
+    repository = HubRepository({"main": clean_checkpoint(tmp_path / "ckpt")}, misbehave="503-always")
+    with serve_hub({"org/model": repository}) as (endpoint, served):
+        env = {**client_environment(endpoint, tmp_path), "HF_HUB_ETAG_TIMEOUT": "1", "HF_HUB_DOWNLOAD_TIMEOUT": "1"}
+        start = time.monotonic()
+        result = run_cli("check", "hf://org/model", env=env)
+        elapsed = time.monotonic() - start
+    assert one_line(result).startswith("scalar-scales: error: hf://org/model: HTTP 503")
+    assert "(after 3 tries)" in result.stderr
+    assert served.count("/api/models/org/model") == 3
+    assert elapsed < 6 + 5  # the 6 s deadline, and the process's start
+
+
+def test_a_404_is_not_retried(tmp_path):
+    with serve_hub({"org/model": HubRepository({"main": clean_checkpoint(tmp_path / "ckpt")})}) as (endpoint, served):
+        result = run_cli("check", "hf://org/model@v2.0", env=client_environment(endpoint, tmp_path))
+    assert one_line(result).endswith("revision not found (HTTP 404)")
+    assert served.count("/api/models/org/model/revision/v2.0") == 1
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [("2", 2.0), ("86400", 30.0), ("Wed, 21 Oct 2015 07:28:00 GMT", 0.0), ("soon", None), ("", None)],
+)
+def test_retry_after_is_read_as_seconds_or_a_date_and_capped(value, seconds):
+    from scalar_scales.sources.hub_client import retry_after
+
+    class Reply:
+        headers = {"Retry-After": value}
+
+    assert retry_after(Reply()) == seconds
+
+
+# Few requests: one range per shard where the scales lead the data section.
+
+
+def test_a_sorted_shard_is_read_in_one_range_request(tmp_path):
+    checkpoint = write_synthetic_checkpoint(tmp_path / "v4", data_bytes=40_000_000, layers=4, shards=4, sparse=True)
+    with serve_hub({"org/model": HubRepository({"main": checkpoint})}) as (endpoint, served):
+        remote = run_cli("check", "hf://org/model", "--json", env=client_environment(endpoint, tmp_path))
+    local = run_cli("check", checkpoint, "--json")
+    assert remote.returncode == local.returncode, remote.stderr
+    assert served.ranges() == {shard.name: 1 for shard in shards(checkpoint)}
+    assert findings(remote) == findings(local)
+
+
+def test_a_scattered_layout_is_read_in_two_range_requests_per_shard(tmp_path):
+    """Scales among the weights: the header, then one merged range for the shard's scales, not one per scale."""
+    checkpoint = scatter_scales(write_synthetic_checkpoint(tmp_path / "v4", data_bytes=4_000_000, layers=4, shards=4))
+    with serve_hub({"org/model": HubRepository({"main": checkpoint})}) as (endpoint, served):
+        remote = run_cli("check", "hf://org/model", "--json", "--list", env=client_environment(endpoint, tmp_path))
+    local = run_cli("check", checkpoint, "--json", "--list")
+    assert remote.returncode == local.returncode, remote.stderr
+    assert served.ranges() == {shard.name: 2 for shard in shards(checkpoint)}
+    values = [(s["name"], s["value"]) for s in json.loads(remote.stdout)["scales"]]
+    assert values == [(s["name"], s["value"]) for s in json.loads(local.stdout)["scales"]]
+
+
+# Progress: on a terminal's stderr, huggingface_hub's bar; never on stdout, nor off a terminal.
+
+
+def run_on_a_terminal(args: list[str], env: dict[str, str | None]) -> tuple[int, str, str]:
+    """Run the CLI with stderr on a pseudo-terminal and stdout on a pipe: its exit code, stdout and terminal."""
+    leader, follower = os.openpty()
+    fcntl.ioctl(
+        follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0)
+    )  # a terminal's size: 0 columns shows no bar
+    environment = {k: v for k, v in {**os.environ, **env}.items() if v is not None}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "scalar_scales", *args], env=environment, stdout=subprocess.PIPE, stderr=follower
+    )
+    os.close(follower)
+    terminal = b""
+    try:
+        while True:
+            ready, _, _ = select.select([leader], [], [], 60)
+            if not ready:
+                break
+            try:
+                chunk = os.read(leader, 1 << 16)
+            except OSError:  # the other end closed
+                break
+            if not chunk:
+                break
+            terminal += chunk
+        stdout = process.communicate(timeout=60)[0]
+    finally:
+        process.kill()
+        process.wait()
+        os.close(leader)
+    return process.returncode, stdout.decode(), terminal.decode(errors="replace")
+
+
+def test_progress_is_shown_on_a_terminals_stderr_and_stdout_stays_json(tmp_path):
+    with serve_hub({"org/model": HubRepository({"main": make_checkpoint(tmp_path / "ckpt")})}) as (endpoint, _):
+        code, stdout, terminal = run_on_a_terminal(
+            ["check", "hf://org/model", "--json"], client_environment(endpoint, tmp_path)
+        )
+    assert code == 0, terminal
+    assert "Reading hf://org/model" in terminal and "/3 [" in terminal
+    assert json.loads(stdout)["summary"]["shards"] == 3
+
+
+def test_progress_honours_hf_hub_disable_progress_bars(tmp_path):
+    with serve_hub({"org/model": HubRepository({"main": make_checkpoint(tmp_path / "ckpt")})}) as (endpoint, _):
+        env = {**client_environment(endpoint, tmp_path), "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+        code, _, terminal = run_on_a_terminal(["check", "hf://org/model", "--json"], env)
+    assert code == 0
+    assert terminal == ""
+
+
+def test_no_progress_where_stderr_is_not_a_terminal(tmp_path):
+    with serve_hub({"org/model": HubRepository({"main": make_checkpoint(tmp_path / "ckpt")})}) as (endpoint, _):
+        result = run_cli("check", "hf://org/model", "--json", env=client_environment(endpoint, tmp_path))
+    assert result.returncode == 0
+    assert result.stderr == ""
+
+
+def test_an_error_after_progress_starts_on_its_own_line(tmp_path):
+    checkpoint = make_checkpoint(tmp_path / "ckpt")
+    victim = shards(checkpoint)[-1]
+    raw = bytearray(victim.read_bytes())
+    raw[9] = ord("[")
+    victim.write_bytes(bytes(raw))
+    with serve_hub({"org/model": HubRepository({"main": checkpoint})}) as (endpoint, _):
+        code, _, terminal = run_on_a_terminal(["check", "hf://org/model"], client_environment(endpoint, tmp_path))
+    assert code == 2
+    last = terminal.replace("\r\n", "\n").split("\n")[-2]
+    assert last.rpartition("\r")[2].startswith(f"scalar-scales: error: hf://org/model/{victim.name}")
