@@ -12,7 +12,9 @@ in the torch-free command line.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
+import sys
 import tempfile
 import warnings
 from collections import Counter
@@ -35,7 +37,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--scheme", choices=["NVFP4", "NVFP4A16"], default="NVFP4")
     parser.add_argument("--workdir", help="where to write the artifacts (default: a new temporary folder)")
     args = parser.parse_args(argv)
+    missing = missing_producer_dependency()
+    if missing is not None:
+        print(f"scalar-scales-demo: error: {missing}", file=sys.stderr)
+        return 2
     return run_demo(scheme=args.scheme, workdir=args.workdir)
+
+
+INSTALL_PRODUCER = 'pip install torch, then pip install "/path/to/scalar-scales[producer]" (README: Install)'
+"""The README's order: torch first, so the producer extra resolves against it instead of pulling a new one."""
+
+
+def missing_producer_dependency() -> str | None:
+    """What the demo needs and this environment lacks, as one line with the commands that install it; None when
+    nothing is missing. The base install (the command line) has no torch, and the console script is installed with
+    it, so a user can run the demo where it cannot work: the line says so instead of an import's traceback."""
+    for module, what in (("torch", "torch"), ("llmcompressor", "llm-compressor (the producer extra)")):
+        if importlib.util.find_spec(module) is None:
+            needs = f"the demo quantizes a toy model with llm-compressor and needs {what}, not installed"
+            return f"{needs}: {INSTALL_PRODUCER}"
+    return None
 
 
 def run_demo(*, scheme: str, workdir: str | None) -> int:

@@ -9,12 +9,14 @@ slot (vLLM issue 43297). Converting between the two never changes a value.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from scalar_scales.nvfp4 import is_global_scale
+
+if TYPE_CHECKING:  # torch only in annotations: the package imports without it, so `scalar-scales-demo` can say so
+    import torch
 
 __all__ = [
     "GlobalScaleShapeError",
@@ -33,7 +35,7 @@ class GlobalScaleShapeError(ValueError):
     def __init__(self, name: str, shape: tuple[int, ...]):
         self.name = name
         self.shape = shape
-        numel = torch.Size(shape).numel()
+        numel = math.prod(shape)
         super().__init__(
             f"{name} has shape {shape} ({numel} elements); a per-tensor global scale must hold exactly one value"
         )

@@ -12,9 +12,7 @@ import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from compressed_tensors_patch.marker import stamp_format_version
 from compressed_tensors_patch.scales import (
@@ -24,6 +22,9 @@ from compressed_tensors_patch.scales import (
     restore_memory_layout_on_first_forward,
 )
 from scalar_scales.nvfp4 import FORMAT_VERSION_KEY, LEGACY_FORMAT_VERSION, SCALAR_FORMAT_VERSION
+
+if TYPE_CHECKING:  # torch only in annotations: the package imports without it (scales.py says why)
+    import torch
 
 __all__ = [
     "wrap_compress",

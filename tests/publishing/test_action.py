@@ -1,0 +1,183 @@
+"""The composite GitHub Action (`action.yml`): its scripts hold no expression, and its `run` steps, executed with
+bash as GitHub executes them, install scalar-scales and check a checkpoint.
+
+GitHub runs a composite's `run` step as ``bash --noprofile --norc -eo pipefail FILE``, with the step's `env`
+(each `${{ }}` expression evaluated first), ``GITHUB_ACTION_PATH`` (the action's checkout), ``GITHUB_ENV`` (a
+file whose ``NAME=VALUE`` lines set later steps' environment) and ``RUNNER_TEMP``. :func:`run_steps` does the
+same. `uses` steps (actions/setup-python) are GitHub's to run: the Python it would give is this one, which makes
+the Action's virtual environment. The action's checkout is a copy of the project's files as they are on disk.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from scalar_scales_testkit.broken import clean_checkpoint
+from scalar_scales_testkit.cli import make_checkpoint
+from scalar_scales_testkit.publishing import PROJECT, broken_checkpoint, project_snapshot
+
+ACTION = yaml.safe_load((PROJECT / "action.yml").read_text())
+EXPRESSION = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
+STEPS = ACTION["runs"]["steps"]
+INSTALL, CHECK = (step for step in STEPS if "run" in step)
+
+
+def evaluate(text: str, inputs: dict[str, str]) -> str:
+    """The expressions action.yml's `env` uses, evaluated as GitHub would; any other is a test failure."""
+
+    def value(match: re.Match[str]) -> str:
+        expression = match.group(1)
+        if expression.startswith("inputs."):
+            name = expression.removeprefix("inputs.")
+            return inputs.get(name, ACTION["inputs"][name].get("default", ""))
+        if expression == "steps.python.outputs.python-path":
+            return sys.executable
+        raise AssertionError(f"the test does not evaluate {expression!r}")
+
+    return EXPRESSION.sub(value, text)
+
+
+def run_step(step: dict, inputs: dict[str, str], runner: dict[str, Path]) -> subprocess.CompletedProcess[str]:
+    """One `run` step, as GitHub runs it: its script in a file, bash's flags, the step's env, then GITHUB_ENV."""
+    assert step["shell"] == "bash"
+    script = runner["temp"] / "step.sh"
+    script.write_text(step["run"])
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": os.environ.get("HOME", str(runner["temp"])),
+        "GITHUB_ACTION_PATH": str(runner["action"]),
+        "GITHUB_WORKSPACE": str(runner["workspace"]),
+        "GITHUB_ENV": str(runner["env_file"]),
+        "RUNNER_TEMP": str(runner["temp"]),
+        **github_env(runner["env_file"]),
+        **{name: evaluate(str(value), inputs) for name, value in step.get("env", {}).items()},
+    }
+    return subprocess.run(
+        ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
+        cwd=runner["workspace"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def github_env(env_file: Path) -> dict[str, str]:
+    """What the steps so far wrote to GITHUB_ENV (the ``NAME=VALUE`` form, the only one the action writes)."""
+    if not env_file.exists():
+        return {}
+    return dict(line.split("=", 1) for line in env_file.read_text().splitlines() if line)
+
+
+def new_runner(root: Path, action: Path) -> dict[str, Path]:
+    runner = {"action": action, "workspace": root / "workspace", "temp": root / "runner-temp"}
+    runner["env_file"] = runner["temp"] / "github_env"
+    for folder in (runner["workspace"], runner["temp"]):
+        folder.mkdir(parents=True)
+    return runner
+
+
+@pytest.fixture(scope="module")
+def runner(tmp_path_factory) -> dict[str, Path]:
+    """A runner on which the install step has run (with the default inputs): scalar-scales in its own venv."""
+    root = tmp_path_factory.mktemp("runner")
+    runner = new_runner(root, project_snapshot(root / "action"))
+    installed = run_step(INSTALL, {}, runner)
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    return runner
+
+
+def check(runner: dict[str, Path], **inputs: str) -> subprocess.CompletedProcess[str]:
+    return run_step(CHECK, inputs, runner)
+
+
+def test_no_run_script_holds_an_expression():
+    """An expression in a script is pasted into it before bash reads it: an input `"; rm -rf ~; "` would run.
+    Every input goes through `env`, which GitHub passes as data."""
+    for step in STEPS:
+        assert "${{" not in step.get("run", ""), step.get("name")
+
+
+def test_every_input_reaches_a_script_only_through_env():
+    used = {
+        match.group(1).removeprefix("inputs.")
+        for step in STEPS
+        for value in [*step.get("env", {}).values(), *step.get("with", {}).values()]
+        for match in EXPRESSION.finditer(str(value))
+        if match.group(1).startswith("inputs.")
+    }
+    assert used == set(ACTION["inputs"])
+
+
+def test_the_install_step_installs_the_actions_own_checkout_in_a_venv_of_its_own(runner):
+    """The package is not on the registry: the default installs the checkout `uses: ...@REF` names, not into the
+    workflow's Python."""
+    bin_dir = Path(github_env(runner["env_file"])["SCALAR_SCALES_BIN"])
+    assert bin_dir.parent.parent == runner["temp"]
+    where = subprocess.run(
+        [bin_dir / "python", "-c", "import scalar_scales; print(scalar_scales.__file__)"],
+        cwd=runner["temp"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert Path(where.stdout.strip()).is_relative_to(bin_dir.parent)
+    assert not (bin_dir / "torch").exists()
+
+
+def test_a_broken_checkpoint_fails_the_step_with_error_annotations(runner):
+    checkpoint, tensor = broken_checkpoint(runner["workspace"] / "broken")
+    result = check(runner, path="broken")
+    assert result.returncode == 1, result.stderr
+    annotations = [line for line in result.stdout.splitlines() if line.startswith("::error file=")]
+    assert annotations, result.stdout
+    assert any("NV301" in line and tensor in line for line in annotations)
+
+
+def test_a_clean_checkpoint_passes_the_step(runner):
+    clean_checkpoint(runner["workspace"] / "clean")
+    result = check(runner, path="clean")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "::error" not in result.stdout
+
+
+def test_args_are_split_on_whitespace_into_arguments(runner):
+    """`args: --ignore NV301` is two arguments: the broken checkpoint's one error is ignored."""
+    broken_checkpoint(runner["workspace"] / "ignored")
+    assert check(runner, path="ignored", args="--ignore  NV301\n").returncode == 0
+
+
+def test_strict_in_args_fails_on_legacy_scales(runner):
+    """Legacy (1,) scales are a warning, so the default passes them; `args: --strict` does not."""
+    make_checkpoint(runner["workspace"] / "legacy")
+    assert check(runner, path="legacy").returncode == 0
+    assert check(runner, path="legacy", args="--strict").returncode == 1
+
+
+HOSTILE = ['x"; touch pwned; "', "$(touch pwned)", "`touch pwned`", "x' ; touch pwned ; '", "x\ntouch pwned"]
+
+
+@pytest.mark.parametrize("path", [*HOSTILE, "--version", "-h"])
+def test_a_hostile_path_is_a_path_and_never_shell_code_or_an_option(runner, path):
+    result = check(runner, path=path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.strip().splitlines() == [f"scalar-scales: error: {path}: no such file or folder"] or (
+        "\n" in path and "no such file or folder" in result.stderr
+    )
+    assert not list(runner["workspace"].rglob("pwned"))
+
+
+@pytest.mark.parametrize("args", HOSTILE)
+def test_hostile_args_are_arguments_and_never_shell_code(runner, args):
+    clean_checkpoint(runner["workspace"] / "target")
+    result = check(runner, path="target", args=args)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    assert not list(runner["workspace"].rglob("pwned"))
