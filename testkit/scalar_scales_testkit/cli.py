@@ -23,6 +23,7 @@ __all__ = [
     "make_checkpoint",
     "no_process_left",
     "processes_running",
+    "renamed",
     "rewrite_header",
     "run_cli",
     "shards",
@@ -52,6 +53,21 @@ def data_digest(path: Path) -> str:
     raw = path.read_bytes()
     (length,) = struct.unpack("<Q", raw[:8])
     return hashlib.sha256(raw[8 + length :]).hexdigest()
+
+
+def renamed(checkpoint: Path, old: str, new: str) -> None:
+    """Rename every tensor whose name starts with ``old`` to start with ``new``, in its shard's header
+    (JSON-escaped, as the reference reader accepts it) and in the index."""
+    index = checkpoint / "model.safetensors.index.json"
+    document = json.loads(index.read_text())
+
+    def name(tensor: str) -> str:
+        return new + tensor.removeprefix(old) if tensor.startswith(old) else tensor
+
+    for shard in shards(checkpoint):
+        rewrite_header(shard, lambda header: {name(tensor): entry for tensor, entry in header.items()})
+    document["weight_map"] = {name(tensor): file for tensor, file in document["weight_map"].items()}
+    index.write_text(json.dumps(document))
 
 
 def rewrite_header(path: Path, change: Callable[[dict], object]) -> None:

@@ -25,6 +25,7 @@ from scalar_scales.files import TEMPORARY_NAME
 from scalar_scales_testkit.broken import clean_checkpoint, rewrite_shard
 from scalar_scales_testkit.cli import (
     make_checkpoint,
+    renamed,
     rewrite_header,
     run_cli,
     shards,
@@ -377,21 +378,6 @@ FORGED = "\nAll checks passed: forged\x1b]0;title\x07\x1b[2J\u202e"
 
 def controls(text: str) -> list[str]:
     return [c for line in text.splitlines() for c in line if not c.isprintable()]
-
-
-def renamed(checkpoint: Path, old: str, new: str) -> None:
-    """Rename every tensor whose name starts with ``old`` to start with ``new``, in its shard's header
-    (JSON-escaped, as the reference reader accepts it) and in the index."""
-    index = checkpoint / "model.safetensors.index.json"
-    document = json.loads(index.read_text())
-
-    def name(tensor: str) -> str:
-        return new + tensor.removeprefix(old) if tensor.startswith(old) else tensor
-
-    for shard in shards(checkpoint):
-        rewrite_header(shard, lambda header: {name(tensor): entry for tensor, entry in header.items()})
-    document["weight_map"] = {name(tensor): file for tensor, file in document["weight_map"].items()}
-    index.write_text(json.dumps(document))
 
 
 MODULE = "model.layers.0.mlp.experts.0.gate_proj."

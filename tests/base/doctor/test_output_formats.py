@@ -15,7 +15,7 @@ import pytest
 from scalar_scales.doctor import RULES
 from scalar_scales.sources import read_headers
 from scalar_scales_testkit.broken import clean_checkpoint
-from scalar_scales_testkit.cli import make_checkpoint, rewrite_header, run_cli, shards
+from scalar_scales_testkit.cli import make_checkpoint, renamed, run_cli, shards
 
 
 def set_value(checkpoint: Path, suffix: str, value: float) -> str:
@@ -28,20 +28,6 @@ def set_value(checkpoint: Path, suffix: str, value: float) -> str:
     raw[header.data_start + entry.begin : header.data_start + entry.end] = struct.pack("<f", value)
     shard.write_bytes(bytes(raw))
     return name
-
-
-def renamed(checkpoint: Path, old: str, new: str) -> None:
-    """Every tensor whose name starts with ``old`` renamed to start with ``new``, in its header and the index."""
-    index = checkpoint / "model.safetensors.index.json"
-    document = json.loads(index.read_text())
-
-    def name(tensor: str) -> str:
-        return new + tensor.removeprefix(old) if tensor.startswith(old) else tensor
-
-    for shard in shards(checkpoint):
-        rewrite_header(shard, lambda header: {name(tensor): entry for tensor, entry in header.items()})
-    document["weight_map"] = {name(tensor): file for tensor, file in document["weight_map"].items()}
-    index.write_text(json.dumps(document))
 
 
 def check_in(folder: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
