@@ -25,7 +25,7 @@ import math
 import operator
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from functools import cached_property
@@ -41,6 +41,7 @@ from scalar_scales.sources.checkpoint import (
     CheckpointLocation,
     OpenedCheckpoint,
     ShardRead,
+    gather,
     shard_name,
 )
 from scalar_scales.sources.declaration import Declaration
@@ -237,8 +238,7 @@ def scan_shards(opened: OpenedCheckpoint, *, include: Sequence[str] = (), read_v
     def read(file: Any) -> ShardRead:
         return opened.source.read_shard(file, select, values=read_values)
 
-    progress = getattr(opened.source, "progress", None)
-    reads = _each(read, opened.location.files, network=opened.source.network, progress=progress)
+    reads = _each(read, opened.location.files, network=opened.source.network, progress=opened.source.progress)
     layout = checkpoint_layout(opened.declared, [shard.header.names for shard in reads])
     kept = () if layout is None else layout.scale_suffixes
     shards = []
@@ -285,18 +285,20 @@ def _each(
     files: Sequence[Any],
     *,
     network: bool,
-    progress: Callable[[int], AbstractContextManager[Callable[[], None]]] | None = None,
+    progress: Callable[[int], AbstractContextManager[Callable[[], None]]],
 ) -> list[ShardRead]:
-    """``read`` of each file, in order: one after the other, or in threads where each read waits on a server (the
-    first failing file's error is raised, and no further read is started).
+    """``read`` of each file, in order: one after the other, or in threads where each read waits on a server. In
+    threads, the first failure ends the pass at once (:func:`~scalar_scales.sources.checkpoint.gather`): reads
+    not started are not, and a network source gives up those in flight, so the error does not wait for every
+    other read to reach its deadline.
 
-    ``progress(total)``: a source's progress bar (a Hub check's, on a
-    terminal), a context whose value is called as each file is read; it
-    ends before an error is raised, so the error starts on its own line.
+    ``progress(total)``: the source's progress display (a Hub check's bar,
+    on a terminal), a context whose value is called as each file is read;
+    it ends before an error is raised, so the error starts on its own line.
     """
     if not network or len(files) < 2:
         return list(map(read, files))
-    with nullcontext(_nothing) if progress is None else progress(len(files)) as advance:
+    with progress(len(files)) as advance:
 
         def read_one(file: Any) -> ShardRead:
             found = read(file)
@@ -307,13 +309,9 @@ def _each(
             max_workers=min(NETWORK_READERS, len(files)), thread_name_prefix="scalar-scales-shard"
         )
         try:
-            return list(pool.map(read_one, files))
+            return gather([pool.submit(read_one, file) for file in files])
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _nothing() -> None:
-    pass
 
 
 def _agrees_with(weight_map: dict[str, str]) -> Callable[[ShardScan], bool]:

@@ -11,15 +11,18 @@ repositories alike. What its configs declare is read by
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, wait
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from scalar_scales.errors import CheckpointError
 from scalar_scales.files.header import SafetensorsHeader
 from scalar_scales.sources.declaration import MODELOPT_CONFIG_NAME, Declaration, declaration
+from scalar_scales.sources.hub_address import HubAddress
 
 __all__ = [
     "CONFIG_NAME",
@@ -28,9 +31,11 @@ __all__ = [
     "UNIQUE_KEYS",
     "CheckpointLocation",
     "OpenedCheckpoint",
+    "ReadCancelled",
     "ScaleSelector",
     "ShardRead",
     "ShardSource",
+    "gather",
     "shard_name",
     "shard_names",
     "weight_map_of",
@@ -41,6 +46,27 @@ INDEX_NAME = "model.safetensors.index.json"
 SINGLE_FILE_NAME = "model.safetensors"
 UNIQUE_KEYS = {CONFIG_NAME: "quantization_config", MODELOPT_CONFIG_NAME: "quantization"}
 """What a tool reads of each JSON file to decide, in which no key may be given twice (``files.json_document``)."""
+_T = TypeVar("_T")
+
+
+class ReadCancelled(CheckpointError):
+    """A read not made, or given up, because another read of the same check failed first: never the error a check
+    reports, which is that first failure (:func:`gather`)."""
+
+
+def gather(futures: Sequence[Future[_T]]) -> list[_T]:
+    """The results of ``futures``, in order; or, as soon as one fails, that failure: those not yet started are
+    cancelled, those running are waited for (a source cancels its reads when one fails, so they end at once,
+    rather than each at its deadline), and the first failure in order that is not a :class:`ReadCancelled` is
+    raised."""
+    done, pending = wait(futures, return_when=FIRST_EXCEPTION)
+    if not pending:
+        return [future.result() for future in futures]
+    for future in pending:
+        future.cancel()
+    wait(futures)
+    errors = [error for future in futures if not future.cancelled() and (error := future.exception()) is not None]
+    raise next((error for error in errors if not isinstance(error, ReadCancelled)), errors[0])
 
 
 class CheckpointLocation(Protocol):
@@ -93,18 +119,25 @@ class ShardSource(Protocol):
 
     def read_shard(self, file: Any, select: ScaleSelector, *, values: bool) -> ShardRead: ...
 
+    def progress(self, total: int) -> AbstractContextManager[Callable[[], None]]:
+        """A progress display over ``total`` shards: a context whose value is called as each shard is read (a Hub
+        check's bar on a terminal; nothing for local files, whose reads are quick)."""
+        ...
+
 
 @dataclass(frozen=True)
 class OpenedCheckpoint:
     """A checkpoint ready to scan: where its files are, its parsed ``config.json`` and ``hf_quant_config.json``
     (None without one), the source that reads its shards, and, for a Hub repository, the commit every file was
-    read at (None for local files)."""
+    read at (None for local files) and the repository's address (``hub``: its ``canonical`` ``hf://`` form is
+    how a report names it; set offline too, where the files are read from huggingface_hub's cache)."""
 
     location: CheckpointLocation
     config: dict[str, Any] | None
     source: ShardSource
     modelopt_config: dict[str, Any] | None = None
     commit: str | None = None
+    hub: HubAddress | None = None
 
     @cached_property
     def declared(self) -> Declaration | None:

@@ -10,7 +10,8 @@ DeepSeek-V4-Flash-sized checkpoint that is well under 1% of its bytes.
 Round trips, not bytes, are what a remote check waits on, so a shard is read
 in one request where it can be: the index says which tensors each shard
 holds, and so about how long its header is (:func:`header_estimate`); the
-first range asks for that much and a little more, which on a shard from the
+first range asks for that much and a little more (at most
+:data:`FIRST_READ_CAP`), which on a shard from the
 reference writer (tensors sorted by dtype, then name, so that the F32 global
 scales lead the data section) holds the header and the scales too. Where
 the header is longer, the rest is a second range; scales that lie elsewhere
@@ -45,7 +46,7 @@ import re
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -53,7 +54,7 @@ from typing import Any
 from urllib.parse import quote
 
 from scalar_scales.errors import CheckpointError
-from scalar_scales.files.header import MAX_HEADER_BYTES, header_length_of, parse_header
+from scalar_scales.files.header import header_length_of, parse_header
 from scalar_scales.files.json_document import MAX_JSON_BYTES, json_object
 from scalar_scales.files.scalars import read_scalars
 from scalar_scales.sources.checkpoint import (
@@ -63,12 +64,13 @@ from scalar_scales.sources.checkpoint import (
     OpenedCheckpoint,
     ScaleSelector,
     ShardRead,
+    gather,
     shard_name,
     shard_names,
 )
 from scalar_scales.sources.declaration import MODELOPT_CONFIG_NAME
 from scalar_scales.sources.hub_address import HUB_PREFIX, HubAddress, is_hub_address, parse_hub_address
-from scalar_scales.sources.hub_client import DEADLINE_FACTOR, Client
+from scalar_scales.sources.hub_client import DEADLINE_FACTOR, Client, Reply
 
 __all__ = [
     "DEADLINE_FACTOR",
@@ -89,15 +91,20 @@ ENTRY_BYTES = 88
 SCALE_ROOM = 4
 """Bytes after the header asked for with it per tensor of the shard: room for an F32 scale of each, so that scales
 leading the data section come in the same range."""
+FIRST_READ_CAP = 4 << 20
+"""The most a shard's first range asks for, however long the index says its header is: 16 shards are read at once,
+and each holds its first range until it is parsed. A longer header is read by a second range, one shard at a time
+(:attr:`HubShards.long_headers`)."""
 AFTER_HEADER = 64 * 1024
 """Bytes asked for after a header whose length was not known: where the reference writer puts the scales."""
 RANGE_GAP = 4096
-"""Scale byte ranges closer than this are always one span."""
+"""Scales closer than this in a shard's first range are decoded from one slice of it."""
 MERGE_GAP = 1 << 20
 """Scale ranges this close are fetched as one request: at 100 ms a round trip, a megabyte more costs about as much
 as another request on a 100 Mbit/s link, and a scattered layout's scales are read in few requests."""
 SPAN_CAP = 16 << 20
-"""The most one merged range may hold (besides one run of adjacent scales): what a reader holds in memory."""
+"""The most one merged range may hold: what a reader holds in memory at a time, however the header places its
+scales. A range is only ever longer where one scale's own bytes are (never: a scale is at most 8 bytes)."""
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
@@ -115,24 +122,24 @@ class RemoteCheckpoint:
 
 def header_estimate(weight_map: dict[str, str] | None) -> dict[str, int]:
     """Bytes to ask for first from each shard the index names: its 8-byte length, a header of its tensors'
-    entries (:data:`ENTRY_BYTES` each beyond the name) and :data:`SCALE_ROOM` per tensor after it; capped at the
-    longest header the reader accepts. Empty without an index."""
+    entries (:data:`ENTRY_BYTES` each beyond the name) and :data:`SCALE_ROOM` per tensor after it; capped at
+    :data:`FIRST_READ_CAP`, so that 16 shards read at once hold a bounded amount. Empty without an index."""
     if weight_map is None:
         return {}
     sizes: dict[str, int] = {}
     for tensor, shard in weight_map.items():
         sizes[shard] = sizes.get(shard, 8 + 4096) + len(tensor.encode()) + ENTRY_BYTES + SCALE_ROOM
-    return {shard: min(size, 8 + MAX_HEADER_BYTES) for shard, size in sizes.items()}
+    return {shard: min(size, FIRST_READ_CAP) for shard, size in sizes.items()}
 
 
 def coalesce(spans: list[tuple[int, int]], gap: int = MERGE_GAP, cap: int = SPAN_CAP) -> list[tuple[int, int]]:
     """Sorted, non-overlapping ``(begin, end)`` byte spans merged into the ranges to request: across gaps under
-    :data:`RANGE_GAP` always, and across gaps under ``gap`` while the range stays within ``cap``."""
+    ``gap`` while the range stays within ``cap``, which bounds what one request holds in memory however densely
+    a header places its scales (every 4,000 bytes across 400 MB is 25 ranges, not one). A span is never split,
+    so a range holds whole scales."""
     merged: list[tuple[int, int]] = []
     for begin, end in spans:
-        if merged and (
-            begin - merged[-1][1] < RANGE_GAP or (begin - merged[-1][1] < gap and end - merged[-1][0] <= cap)
-        ):
+        if merged and begin - merged[-1][1] < gap and end - merged[-1][0] <= cap:
             merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
         else:
             merged.append((begin, end))
@@ -150,8 +157,14 @@ class HubShards:
         self.address = address
         self.commit = commit
         self._url: Callable[[str], str] = lambda name: hf_hub_url(repo_id, name, revision=commit)
-        self._client = Client(constants.HF_HUB_DOWNLOAD_TIMEOUT)
+        self.cancelled = threading.Event()
+        """Set when a read fails: the others give up at once (:class:`~.hub_client.Client`), so the check's one
+        line comes without waiting for them."""
+        self._client = Client(constants.HF_HUB_DOWNLOAD_TIMEOUT, self.cancelled)
         self._lock = threading.Lock()
+        self.long_headers = threading.Lock()
+        """Held while a header longer than :data:`FIRST_READ_CAP` is read and parsed: one at a time, since each may
+        be as long as the reader accepts (100 MB)."""
         self.first_reads: dict[str, int] = {}
         """Bytes to ask for first from each shard (:func:`header_estimate`); :data:`FIRST_READ` for others."""
         self.bytes_fetched = 0
@@ -190,16 +203,23 @@ class HubShards:
     def read_shard(self, file: str, select: ScaleSelector, *, values: bool) -> ShardRead:
         """The shard's header and the values of the scales ``select`` picks, in one range where the index's
         estimate holds them (:func:`header_estimate`), else in a second for the rest of the header and ranges
-        merged by :func:`coalesce` for scales elsewhere."""
+        merged by :func:`coalesce` for scales elsewhere. A failure cancels the check's other reads."""
+        with self._cancelling():
+            return self._read_shard(file, select, values=values)
+
+    def _read_shard(self, file: str, select: ScaleSelector, *, values: bool) -> ShardRead:
         name = shard_name(file)
         first, size = self._get(name, 0, self.first_reads.get(name, FIRST_READ) - 1)
         with self._lock:
             self.file_sizes[name] = size
         length = header_length_of(file, first[:8], size)
         if len(first) < 8 + length:
-            rest, _ = self._get(name, len(first), 8 + length + AFTER_HEADER - 1)
-            first += rest
-        header = parse_header(file, first[8 : 8 + length], size)
+            with self.long_headers:
+                rest, _ = self._get(name, len(first), 8 + length + AFTER_HEADER - 1)
+                first += rest
+                header = parse_header(file, first[8 : 8 + length], size)
+        else:
+            header = parse_header(file, first[8 : 8 + length], size)
         indices = select(header)
         if not values or not indices:
             return ShardRead(header, indices, [None] * len(indices))
@@ -209,32 +229,54 @@ class HubShards:
             for i in indices
             if header.ends[i] - header.begins[i] <= 8 and start + header.ends[i] > held
         )
-        # From where the first range ended: a run of scales that began inside it is read on from there.
-        ranges = [(begin, end) for begin, end in coalesce([(held, held), *spans]) if end > begin]
-        fetched = [(begin, self._get(name, begin, end - 1)[0]) for begin, end in ranges]
+        # Each range is fetched, its scales' bytes kept and the rest dropped, before the next: one range of at
+        # most SPAN_CAP is held at a time. A scale that began inside the first range is kept from where it ended.
+        pieces: dict[int, bytes] = {}
+        k = 0
+        for begin, end in coalesce(spans):
+            data, _ = self._get(name, begin, end - 1)
+            while k < len(spans) and spans[k][0] < end:
+                at, stop = spans[k]
+                pieces[at] = data[at - begin : stop - begin]
+                k += 1
 
         def read(begin: int, end: int) -> bytes:
-            """Bytes of the data section: from the first range, then from the merged range that holds the rest."""
+            """The bytes of a run of adjacent scales (of all the scales, where the first range held them all): from
+            the first range, then from the pieces kept."""
             at, stop = start + begin, start + end
-            head = first[at:stop]
+            found = first[at:stop]
             at = max(at, held)
-            if at >= stop:
-                return head
-            for offset, data in fetched:
-                if offset <= at and stop <= offset + len(data):
-                    return head + data[at - offset : stop - offset]
-            return head + self._get(name, at, stop - 1)[0]  # not met: a run of scales is never split
+            while at < stop:
+                piece = pieces[at]
+                found += piece
+                at += len(piece)
+            return found
 
         found = read_scalars(
             [header.dtypes[i] for i in indices],
             [header.begins[i] for i in indices],
             [header.ends[i] for i in indices],
             read,
-            RANGE_GAP,
+            RANGE_GAP if not spans else 1,  # beyond the first range, only the scales' own bytes were kept
         )
         return ShardRead(header, indices, found)
 
+    @contextmanager
+    def _cancelling(self) -> Iterator[None]:
+        """Set :attr:`cancelled` if the block fails: the first failure is the check's, the others' reads are given
+        up."""
+        try:
+            yield
+        except BaseException:
+            self.cancelled.set()
+            raise
+
     def read_json(self, name: str) -> dict[str, Any]:
+        """A JSON file, whole (at most 256 MiB), parsed; a failure cancels the other reads."""
+        with self._cancelling():
+            return self._read_json(name)
+
+    def _read_json(self, name: str) -> dict[str, Any]:
         where = self.label(name)
         body = self._client.fetch(self._url(name), where, {}, lambda response: MAX_JSON_BYTES, decoded=True)
         self._count(len(body))
@@ -252,7 +294,7 @@ class HubShards:
         headers = {"Range": f"bytes={first}-{last}", "Accept-Encoding": "identity"}
         span: list[int] = []
 
-        def limit(response: Any) -> int:
+        def limit(response: Reply) -> int:
             if response.status_code == 416:
                 raise CheckpointError(where, "truncated: the file is empty")
             if response.status_code != 206:
@@ -344,7 +386,14 @@ def _start_huggingface_hub(address: str) -> None:
 
 def _open_cached(hub: HubAddress) -> OpenedCheckpoint:
     """The snapshot of the repository in huggingface_hub's cache, checked as a local folder, with the commit the
-    cache's ``refs/`` name for the revision (or the revision, where it is a commit)."""
+    cache's ``refs/`` name for the revision (or the revision, where it is a commit), and the Hub address, which a
+    report names rather than the cache's folder.
+
+    The snapshot is checked as it is: a shard its index names that is not
+    cached is an error (``named in ... but missing``), but a file the Hub has
+    and the snapshot lacks (a ``config.json`` left out by ``--include``) cannot
+    be told offline, and the check goes on without it.
+    """
     from huggingface_hub import constants, snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
@@ -362,14 +411,18 @@ def _open_cached(hub: HubAddress) -> OpenedCheckpoint:
     except Exception as error:
         raise CheckpointError(hub.given, f"huggingface_hub's cache cannot be read ({type(error).__name__})") from None
     commit = folder.name if _COMMIT.fullmatch(folder.name) else None
-    return replace(open_local(folder), commit=commit)
+    return replace(open_local(folder), commit=commit, hub=hub)
 
 
 def open_hub_checkpoint(address: str) -> OpenedCheckpoint:
     """The checkpoint at a Hub address (:func:`~.hub_address.parse_hub_address`), its parsed configs, and the
-    reader of its files, all at the commit the revision names now; offline, the cached snapshot's."""
-    _start_huggingface_hub(address)
+    reader of its files, all at the commit the revision names now; offline, the cached snapshot's.
+
+    The address is read before huggingface_hub is imported, so that an
+    address that is not the Hub's says so, installed or not.
+    """
     hub = parse_hub_address(address)
+    _start_huggingface_hub(address)
     from huggingface_hub import constants
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
@@ -380,20 +433,19 @@ def open_hub_checkpoint(address: str) -> OpenedCheckpoint:
     if constants.HF_HUB_OFFLINE:
         return _open_cached(hub)
     root = hub.canonical
-    commit, siblings = _model_info(hub.repo_id, hub.revision, root)
+    try:
+        commit, siblings = _model_info(hub.repo_id, hub.revision, root)
+    except CheckpointError as error:
+        raise _with_subfolder_hint(error, hub) from None
     shards = HubShards(root, hub.repo_id, commit)
     wanted = [name for name in (CONFIG_NAME, MODELOPT_CONFIG_NAME, INDEX_NAME) if name in siblings]
     pool = ThreadPoolExecutor(max_workers=max(1, len(wanted)), thread_name_prefix="scalar-scales-hub-json")
     try:
-        documents: dict[str, Future[dict[str, Any]]] = {name: pool.submit(shards.read_json, name) for name in wanted}
-        config, modelopt_config = (
-            documents[name].result() if name in documents else None for name in (CONFIG_NAME, MODELOPT_CONFIG_NAME)
-        )
-        names, weight_map = shard_names(
-            siblings.__contains__, lambda: documents[INDEX_NAME].result(), root, shards.label
-        )
+        documents = dict(zip(wanted, gather([pool.submit(shards.read_json, name) for name in wanted]), strict=True))
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
+    config, modelopt_config = documents.get(CONFIG_NAME), documents.get(MODELOPT_CONFIG_NAME)
+    names, weight_map = shard_names(siblings.__contains__, lambda: documents[INDEX_NAME], root, shards.label)
     shards.first_reads = header_estimate(weight_map)
     checkpoint = RemoteCheckpoint(
         root=root,
@@ -402,4 +454,26 @@ def open_hub_checkpoint(address: str) -> OpenedCheckpoint:
         weight_map=weight_map,
         modelopt_config=shards.label(MODELOPT_CONFIG_NAME) if modelopt_config is not None else None,
     )
-    return OpenedCheckpoint(checkpoint, config, shards, modelopt_config, commit)
+    return OpenedCheckpoint(checkpoint, config, shards, modelopt_config, commit, hub)
+
+
+def _with_subfolder_hint(error: CheckpointError, hub: HubAddress) -> CheckpointError:
+    """``error``, with a hint where a page's address names a subfolder: ``.../tree/main/subdir``, a browser's page
+    for a folder of the repository, reads as the revision ``main/subdir``, which the Hub does not know. A
+    checkpoint in a subfolder is not read remotely; downloading that folder is the way to check it."""
+    revision = hub.revision
+    if (
+        revision is None
+        or hub.given.startswith(HUB_PREFIX)
+        or "/" not in revision
+        or revision.startswith("refs/")
+        or not error.problem.startswith("revision not found (HTTP 404)")
+    ):
+        return error
+    branch, _, folder = revision.partition("/")
+    return CheckpointError(
+        error.path,
+        f"{error.problem}; if {folder!r} is a folder of revision {branch!r}, a checkpoint in a subfolder is not "
+        f"supported: download it (hf download {hub.repo_id} --revision {branch} --include '{folder}/*') and check "
+        "the folder",
+    )

@@ -9,9 +9,12 @@ sleeps for whatever ``Retry-After`` a server names (plus 1 s), retries a
 timeout that has already cost a full timeout, and logs each retry as a
 warning on stderr, where a check prints one line. Here:
 
-- transient: a dropped connection (the server hangs up without a reply, or
-  mid-body: ``httpx.NetworkError``, or ``RemoteProtocolError``'s "Server
-  disconnected"), and those statuses;
+- transient: a dropped connection (the server hangs up without a reply:
+  ``httpx.NetworkError``, or ``RemoteProtocolError``'s "Server
+  disconnected"; or mid-body: its "peer closed connection without sending
+  complete message body"), a connection that cannot be made (refused, or a
+  name that does not resolve: ``ConnectError`` is a ``NetworkError``, and
+  ``http_backoff`` retries ``ConnectionError`` too), and those statuses;
 - not retried: a timeout (the server is slow, not gone: the check says so
   at once), any other 4xx (a missing file, no access), and a reply that is
   malformed or not what was asked for;
@@ -20,7 +23,14 @@ warning on stderr, where a check prints one line. Here:
 - every attempt and wait lies within the request's deadline
   (:data:`DEADLINE_FACTOR` times its timeout): a wait that would end past it
   is not begun, and the last failure is the error, saying how many tries
-  were made.
+  were made. The longest a request waits is so its deadline: 60 s at the
+  default 10 s timeout (a refused connection: tries at 0, 1, 3, 7, 15 and
+  23 s, then one line, after 6 tries);
+- an error's body is read up to 1 MiB and no further (a 503 page of any
+  length is still a 503, retried), as what it says is only for the message;
+- a :class:`Client` given a ``cancelled`` event starts no request and no
+  wait once it is set, and a request in flight is given up at once: after
+  one shard fails, the check ends without waiting for the others' reads.
 """
 
 from __future__ import annotations
@@ -29,12 +39,13 @@ import email.utils
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Protocol
 
 from scalar_scales.errors import CheckpointError
+from scalar_scales.sources.checkpoint import ReadCancelled
 
 __all__ = [
     "BASE_WAIT",
@@ -44,6 +55,8 @@ __all__ = [
     "MAX_WAIT",
     "RETRY_STATUSES",
     "Client",
+    "Headed",
+    "Reply",
     "retry_after",
 ]
 
@@ -59,7 +72,30 @@ MAX_WAIT = 8.0
 8 s."""
 MAX_RETRY_AFTER = 30.0
 """The longest ``Retry-After`` honoured: a server cannot park a check for an hour (the deadline caps it further)."""
+ERROR_BODY = 1 << 20
+"""The most of an error reply's body read: what huggingface_hub's message is taken from."""
 _CHUNK = 1 << 16
+_POLL = 0.05
+"""How often a request's waiting thread looks at its client's ``cancelled`` event."""
+
+
+class Headed(Protocol):
+    """What :func:`retry_after` reads of a reply."""
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+
+class Reply(Headed, Protocol):
+    """What is read of an httpx reply (huggingface_hub's HTTP client is httpx in some versions and a fork of it in
+    others, so the type is told by what it has, not by its class)."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    def iter_bytes(self, chunk_size: int | None = None) -> Iterator[bytes]: ...
+
+    def iter_raw(self, chunk_size: int | None = None) -> Iterator[bytes]: ...
 
 
 class _Transient(Exception):
@@ -74,16 +110,18 @@ class Client:
     """GET requests through huggingface_hub's session, each with a timeout, a deadline, retries and a bound on its
     body."""
 
-    def __init__(self, timeout: float) -> None:
+    def __init__(self, timeout: float, cancelled: threading.Event | None = None) -> None:
         from huggingface_hub.utils import build_hf_headers, get_session
 
         self._session = get_session()
         self._headers = build_hf_headers()
         self.timeout = timeout
         self.deadline = DEADLINE_FACTOR * timeout
+        self.cancelled = threading.Event() if cancelled is None else cancelled
+        """Set (by whoever shares it): no further request or wait is begun, and those in flight are given up."""
 
     def fetch(
-        self, url: str, where: str, headers: dict[str, str], limit: Callable[[Any], int], *, decoded: bool
+        self, url: str, where: str, headers: dict[str, str], limit: Callable[[Reply], int], *, decoded: bool
     ) -> bytes:
         """The body of the reply to a GET, whole within :attr:`deadline` (connecting, redirects, headers and
         body together, every retry included), or a one-line :class:`CheckpointError` naming ``where``.
@@ -99,8 +137,13 @@ class Client:
         hold the request for as long as it likes. A request past the
         deadline is left to end in its (daemon) thread, whose socket's own
         timeout still ends it, or the process's exit; what it reads is
-        bounded by ``limit``.
+        bounded by ``limit``. Once :attr:`cancelled` is set, this raises
+        :class:`~.checkpoint.ReadCancelled` within :data:`_POLL` seconds: a thread pool's
+        worker waiting here would otherwise hold the process's exit, which
+        joins it, for up to the deadline.
         """
+        if self.cancelled.is_set():
+            raise ReadCancelled(where, "not read: another read failed first")
         outcome: queue.SimpleQueue[bytes | BaseException] = queue.SimpleQueue()
         start = time.monotonic()
 
@@ -111,19 +154,28 @@ class Client:
                 outcome.put(error)
 
         threading.Thread(target=request, name="scalar-scales-hub-request", daemon=True).start()
-        try:
-            found = outcome.get(timeout=self.deadline)
-        except queue.Empty:
-            raise CheckpointError(where, f"the server took over {self.deadline:g} s to reply") from None
+        while True:
+            left = start + self.deadline - time.monotonic()
+            if left <= 0:
+                raise CheckpointError(where, f"the server took over {self.deadline:g} s to reply")
+            if self.cancelled.is_set():
+                raise ReadCancelled(where, "given up: another read failed first")
+            try:
+                found = outcome.get(timeout=min(left, _POLL))
+                break
+            except queue.Empty:
+                continue
         if isinstance(found, BaseException):
             raise found
         return found
 
     def _with_retries(
-        self, url: str, where: str, headers: dict[str, str], limit: Callable[[Any], int], decoded: bool, start: float
+        self, url: str, where: str, headers: dict[str, str], limit: Callable[[Reply], int], decoded: bool, start: float
     ) -> bytes:
         wait = BASE_WAIT
         for tries in range(1, MAX_RETRIES + 2):
+            if self.cancelled.is_set():
+                raise ReadCancelled(where, "not read: another read failed first")
             try:
                 return self._request(url, where, headers, limit, decoded)
             except _Transient as transient:
@@ -131,19 +183,20 @@ class Client:
                 if tries > MAX_RETRIES or time.monotonic() - start + pause >= self.deadline:
                     error = transient.error
                     raise CheckpointError(error.path, f"{error.problem} (after {tries} tries)") from None
-                time.sleep(pause)
+                if self.cancelled.wait(pause):
+                    raise ReadCancelled(where, "not retried: another read failed first") from None
                 wait = min(MAX_WAIT, wait * 2)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _request(
-        self, url: str, where: str, headers: dict[str, str], limit: Callable[[Any], int], decoded: bool
+        self, url: str, where: str, headers: dict[str, str], limit: Callable[[Reply], int], decoded: bool
     ) -> bytes:
         with _hub_errors(where):
             with self._session.stream(
                 "GET", url, headers={**self._headers, **headers}, timeout=self.timeout
             ) as response:
                 if response.status_code >= 400 and response.status_code != 416:
-                    _read(response, where, 1 << 20, decoded=True)
+                    _read_some(response, ERROR_BODY)
                     from huggingface_hub.utils import hf_raise_for_status
 
                     try:
@@ -155,13 +208,13 @@ class Client:
                 return _read(response, where, limit(response), decoded=decoded)
 
 
-def retry_after(response: Any) -> float | None:
+def retry_after(response: Headed) -> float | None:
     """The wait a 429 or 503 reply's ``Retry-After`` asks for, in seconds (a number, or an HTTP date), at most
     :data:`MAX_RETRY_AFTER`; None where it names none, or nothing readable."""
     value = str(response.headers.get("Retry-After", "")).strip()
     if not value:
         return None
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # not "²", a digit to str.isdigit that float() refuses
         return min(float(value[:6]), MAX_RETRY_AFTER)
     try:
         when = email.utils.parsedate_to_datetime(value)
@@ -172,7 +225,18 @@ def retry_after(response: Any) -> float | None:
     return min(max((when - datetime.now(UTC)).total_seconds(), 0.0), MAX_RETRY_AFTER)
 
 
-def _read(response: Any, where: str, limit: int, *, decoded: bool) -> bytes:
+def _read_some(response: Reply, limit: int) -> None:
+    """Read an error reply's body, decoded, up to ``limit`` bytes, and stop there: huggingface_hub's message is
+    taken from its start, and the rest, however long, is left unread (the connection is closed with the
+    reply)."""
+    size = 0
+    for chunk in response.iter_bytes(_CHUNK):
+        size += len(chunk)
+        if size >= limit:
+            break
+
+
+def _read(response: Reply, where: str, limit: int, *, decoded: bool) -> bytes:
     """The body, at most ``limit`` bytes (more is refused)."""
     chunks, size = [], 0
     stream = response.iter_bytes(_CHUNK) if decoded else response.iter_raw(_CHUNK)
@@ -203,7 +267,7 @@ def _dropped(error: Exception) -> bool:
     class name, since huggingface_hub's HTTP client is httpx in some versions and a fork of it in others."""
     names = {kind.__name__ for kind in type(error).__mro__}
     if "RemoteProtocolError" in names:
-        return str(error).startswith("Server disconnected")
+        return str(error).startswith(("Server disconnected", "peer closed connection"))
     return "NetworkError" in names or isinstance(error, ConnectionError)
 
 

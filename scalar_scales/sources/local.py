@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -175,6 +177,12 @@ class LocalShards:
     network = False
 
     @staticmethod
+    @contextmanager
+    def progress(total: int) -> Iterator[Callable[[], None]]:
+        """No progress display: local reads are quick, and a check of local files prints only its report."""
+        yield _nothing
+
+    @staticmethod
     def read_shard(file: Path, select: ScaleSelector, *, values: bool) -> ShardRead:
         try:
             with open(file, "rb") as f:
@@ -210,3 +218,7 @@ VALUE_SPAN_GAP = 1 << 16
 """Scales closer than this are read in one span: a few kilobytes more read costs less than another call."""
 
 LOCAL_SHARDS = LocalShards()
+
+
+def _nothing() -> None:
+    pass

@@ -35,10 +35,16 @@ seen, or could be made, to answer:
 ``trickle-headers`` ranges: the status line and headers one byte every 0.5 s
 ``slow-redirects``  shards: 20 redirects, each answered after 0.8 s, before the file
 ``drop-once``       every request's first try (by path and Range): the connection closed, no reply
+``drop-mid-body-once`` every reply's first try: its headers and half its body, then the connection closed
 ``503-once``        every request's first try: 503 Service Unavailable
+``503-huge-once``   every request's first try: 503 with a 2 MiB HTML page
+``503-odd-retry-after-once`` every request's first try: 503, ``Retry-After: ²`` (a digit to ``str.isdigit``)
 ``429-once``        every request's first try: 429 Too Many Requests, ``Retry-After: 1``
 ``503-always``      every request: 503
 ==================  =================================================================================
+
+``HubRepository.misbehave_files`` narrows a misbehaviour to those files (the
+others are served honestly): one shard slow, another broken.
 
 ``latency`` (seconds, :func:`serve_hub`) delays every reply, each request on
 its own, as a distant server's round trip does; requests are served in
@@ -95,7 +101,10 @@ MISBEHAVIOURS = (
     "trickle-headers",
     "slow-redirects",
     "drop-once",
+    "drop-mid-body-once",
     "503-once",
+    "503-huge-once",
+    "503-odd-retry-after-once",
     "429-once",
     "503-always",
 )
@@ -116,6 +125,9 @@ class HubRepository:
     """False: answer range requests with the whole file (200), as a server without range support does."""
     misbehave: str | None = None
     """One of :data:`MISBEHAVIOURS`, or None for an honest server."""
+    misbehave_files: frozenset[str] | None = None
+    """The file names ``misbehave`` applies to (None: every request); model info and other files are served
+    honestly."""
     after_model_info: Callable[[HubRepository], None] | None = None
     """Called once model info has been served: a push, say."""
 
@@ -210,6 +222,10 @@ def serve_hub(repositories: dict[str, HubRepository], latency: float = 0.0) -> I
     """Set when the block ends: what hangs stops hanging, so the server can shut down."""
 
     class Handler(BaseHTTPRequestHandler):
+        _misbehave: str | None = None
+        """How this request is misbehaved on (:meth:`_misbehaviour`)."""
+        _drop_mid_body = False
+
         def log_message(self, *args: object) -> None:
             pass
 
@@ -238,13 +254,31 @@ def serve_hub(repositories: dict[str, HubRepository], latency: float = 0.0) -> I
             else:
                 self._error(404, "RepoNotFound", "no such endpoint")
 
+        def _misbehaviour(self, path: str) -> str | None:
+            """How the repository ``path`` is in misbehaves for it: its ``misbehave``, unless ``misbehave_files``
+            leaves the file out."""
+            matches = [m for p in (_MODEL_INFO, _RESOLVE, _STORAGE) if (m := p.fullmatch(path))]
+            repository = repositories.get(matches[0]["repo"]) if matches else None
+            if repository is None:
+                return None
+            if repository.misbehave_files is not None:
+                file = matches[0].groupdict().get("file")
+                if file is None or unquote(file) not in repository.misbehave_files:
+                    return None
+            return repository.misbehave
+
         def _transient(self, path: str, first_try: bool) -> bool:
             """Fail the request as a server does for a moment, where its repository misbehaves so; True if it
             did."""
-            repo = next((m["repo"] for p in (_MODEL_INFO, _RESOLVE, _STORAGE) if (m := p.fullmatch(path))), None)
-            misbehave = repositories[repo].misbehave if repo in repositories else None
+            misbehave = self._misbehave = self._misbehaviour(path)
+            self._drop_mid_body = misbehave == "drop-mid-body-once" and first_try
             if misbehave == "503-always" or (misbehave == "503-once" and first_try):
                 self._error(503, "ServiceUnavailable", "Service Unavailable")
+            elif misbehave == "503-huge-once" and first_try:
+                page = b"<!doctype html><html><body>" + b"Service Unavailable " * ((2 << 20) // 20) + b"</body></html>"
+                self._send(503, page, {"Content-Type": "text/html"})
+            elif misbehave == "503-odd-retry-after-once" and first_try:
+                self._error(503, "ServiceUnavailable", "Service Unavailable", {"Retry-After": "\u00b2"})
             elif misbehave == "429-once" and first_try:
                 body = json.dumps({"error": "rate limited"}).encode()
                 self._send(429, body, {"Retry-After": "1"})
@@ -273,23 +307,23 @@ def serve_hub(repositories: dict[str, HubRepository], latency: float = 0.0) -> I
             if folder is None:
                 return
             repository = repositories[repo]
-            if repository.misbehave == "hang":
+            if self._misbehave == "hang":
                 released.wait()
                 return
             commits[commit_of(folder)] = folder
             siblings: object = [{"rfilename": p.name} for p in sorted(folder.iterdir()) if p.is_file()]
             info: object = {"id": repo, "modelId": repo, "sha": commit_of(folder), "private": False}
             document: object = {**info, "siblings": siblings}  # type: ignore[dict-item]
-            if repository.misbehave == "siblings-text":
+            if self._misbehave == "siblings-text":
                 document = {**info, "siblings": "config.json model.safetensors"}  # type: ignore[dict-item]
-            elif repository.misbehave == "no-rfilename":
+            elif self._misbehave == "no-rfilename":
                 document = {**info, "siblings": [{"name": "config.json"}]}  # type: ignore[dict-item]
-            elif repository.misbehave == "a-list":
+            elif self._misbehave == "a-list":
                 document = [info]
             body = json.dumps(document)
-            if repository.misbehave == "huge-integer":  # more digits than Python converts
+            if self._misbehave == "huge-integer":  # more digits than Python converts
                 body = body.replace('"private": false', '"private": false, "downloads": ' + "9" * 5000)
-            if repository.misbehave == "html":
+            if self._misbehave == "html":
                 self._send(200, b"<!doctype html><html><body>Sign in</body></html>", {"Content-Type": "text/html"})
             else:
                 self._send(200, body.encode(), {"Content-Type": "application/json"})
@@ -306,7 +340,7 @@ def serve_hub(repositories: dict[str, HubRepository], latency: float = 0.0) -> I
                 self._error(404, "EntryNotFound", f"{name} does not exist on {revision}")
                 return
             hops = int(parse_qs(urlsplit(self.path).query).get("hop", ["0"])[0])
-            if repository.misbehave == "slow-redirects" and name.endswith(".safetensors") and hops < _SLOW_HOPS:
+            if self._misbehave == "slow-redirects" and name.endswith(".safetensors") and hops < _SLOW_HOPS:
                 if released.wait(0.8):
                     return
                 self.send_response(302)
@@ -326,7 +360,7 @@ def serve_hub(repositories: dict[str, HubRepository], latency: float = 0.0) -> I
                 self.end_headers()
                 return
             self._file_headers = {"X-Repo-Commit": commit_of(folder), "ETag": etag}
-            if repository.misbehave in ("hang", "hang-files"):
+            if self._misbehave in ("hang", "hang-files"):
                 released.wait()
                 return
             size = file.stat().st_size
@@ -340,7 +374,7 @@ def serve_hub(repositories: dict[str, HubRepository], latency: float = 0.0) -> I
             if first >= size:
                 self._send(416, b"", {"Content-Range": f"bytes */{size}"})
                 return
-            self._range(repository.misbehave, file, first, last, size)
+            self._range(self._misbehave, file, first, last, size)
 
         def _range(self, misbehave: str | None, file: Path, first: int, last: int, size: int) -> None:
             with open(file, "rb") as f:
@@ -397,9 +431,9 @@ def serve_hub(repositories: dict[str, HubRepository], latency: float = 0.0) -> I
                     with served.lock:
                         served.file_bytes += len(chunk)
 
-        def _error(self, status: int, code: str, message: str) -> None:
+        def _error(self, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> None:
             body = json.dumps({"error": message}).encode()
-            self._send(status, body, {"X-Error-Code": code, "X-Error-Message": message})
+            self._send(status, body, {"X-Error-Code": code, "X-Error-Message": message, **(headers or {})})
 
         def _send(self, status: int, body: bytes, headers: dict[str, str], count: bool = False) -> None:
             self.send_response(status)
@@ -407,6 +441,10 @@ def serve_hub(repositories: dict[str, HubRepository], latency: float = 0.0) -> I
                 self.send_header(key, value)
             self.end_headers()
             if self.command == "HEAD":
+                return
+            if self._drop_mid_body and status < 300 and len(body) > 1:
+                self.wfile.write(body[: len(body) // 2])  # the rest never comes: the connection closes here
+                self.close_connection = True
                 return
             self.wfile.write(body)
             if count:

@@ -17,7 +17,8 @@ import pytest
 
 from scalar_scales_testkit.broken import clean_checkpoint, rewrite_shard
 from scalar_scales_testkit.cli import make_checkpoint, run_cli, shards
-from scalar_scales_testkit.hub_server import HubRepository, client_environment, serve_hub
+from scalar_scales_testkit.hub_server import HubRepository, client_environment, scatter_scales, serve_hub
+from scalar_scales_testkit.synthetic import write_synthetic_checkpoint
 
 pytest.importorskip("huggingface_hub")
 
@@ -129,6 +130,65 @@ def test_a_range_reply_that_is_not_the_range_asked_for_is_refused_in_bounded_mem
         )
     line = one_line(result)
     assert line.startswith("scalar-scales: error: hf://org/model/model-0000") and problem in line
+
+
+# Memory stays bounded however a header places its scales.
+
+
+def test_scales_every_4000_bytes_are_read_in_ranges_of_at_most_the_span_cap():
+    """As found: gaps under 4,096 bytes were merged past the cap, so a header with a scale every 4,000 bytes
+    made one 381 MiB range."""
+    from scalar_scales.sources.hub import SPAN_CAP, coalesce
+
+    ranges = coalesce([(i * 4000, i * 4000 + 4) for i in range(100_000)])
+    assert max(end - begin for begin, end in ranges) <= SPAN_CAP
+    assert ranges[0][0] == 0 and ranges[-1][1] == 99_999 * 4000 + 4
+
+
+def test_a_shards_first_read_is_capped_however_many_tensors_the_index_names():
+    from scalar_scales.sources.hub import FIRST_READ_CAP, header_estimate
+
+    weight_map = {
+        f"model.layers.{i}.mlp.experts.{j}.weight": "model-00001.safetensors" for i in range(60) for j in range(4000)
+    }
+    assert header_estimate(weight_map) == {"model-00001.safetensors": FIRST_READ_CAP}
+
+
+def test_scales_spread_over_more_than_the_span_cap_are_read_in_several_ranges_with_the_local_values(tmp_path):
+    from scalar_scales.sources.hub import SPAN_CAP
+
+    checkpoint = scatter_scales(write_synthetic_checkpoint(tmp_path / "v4", data_bytes=40_000_000, layers=2, shards=1))
+    (shard,) = checkpoint.glob("*.safetensors")
+    with serve_hub({"org/model": HubRepository({"main": checkpoint})}) as (endpoint, served):
+        remote = run_cli("check", "hf://org/model", "--json", "--list", env=client_environment(endpoint, tmp_path))
+    local = run_cli("check", checkpoint, "--json", "--list")
+    assert remote.returncode == local.returncode, remote.stderr
+    lengths = [
+        int(last) - int(first) + 1
+        for first, last in (r.removeprefix("bytes=").split("-") for _, r in served.requests if r)
+    ]
+    assert served.ranges()[shard.name] > 2 and max(lengths) <= SPAN_CAP
+    values = [(s["name"], s["value"]) for s in json.loads(remote.stdout)["scales"]]
+    assert values == [(s["name"], s["value"]) for s in json.loads(local.stdout)["scales"]]
+
+
+# One failing read ends the check at once: the others' reads are given up, not waited for.
+
+
+def test_a_broken_shard_ends_the_check_at_once_while_the_others_trickle(tmp_path):
+    """As found: the error waited for every other shard's read to reach its 60 s deadline."""
+    checkpoint = make_checkpoint(tmp_path / "ckpt")
+    victim = shards(checkpoint)[-1]
+    raw = bytearray(victim.read_bytes())
+    raw[9] = ord("[")
+    victim.write_bytes(bytes(raw))
+    slow = frozenset(shard.name for shard in shards(checkpoint) if shard != victim)
+    repository = HubRepository({"main": checkpoint}, misbehave="trickle-body", misbehave_files=slow)
+    start = time.monotonic()
+    result, _ = hub_check(tmp_path, repository)
+    elapsed = time.monotonic() - start
+    assert one_line(result).startswith(f"scalar-scales: error: hf://org/model/{victim.name}: ")
+    assert elapsed < 10
 
 
 # A malformed reply, repository id or endpoint is one line, exit 2.

@@ -7,6 +7,7 @@ import fcntl
 import json
 import os
 import select
+import socket
 import struct
 import subprocess
 import sys
@@ -81,6 +82,17 @@ def test_the_endpoint_pages_address_is_checked_at_its_revision(tmp_path):
     assert json.loads(page.stdout)["summary"]["checkpoint"] == "hf://org/model@v1.0"
 
 
+def test_an_opened_repository_knows_its_hub_address_whichever_form_was_given(tmp_path):
+    script = (
+        "from scalar_scales.sources import open_checkpoint; "
+        "print(open_checkpoint('https://huggingface.co/org/model/tree/main').hub.canonical)"
+    )
+    with serve_hub({"org/model": HubRepository({"main": clean_checkpoint(tmp_path / "ckpt")})}) as (endpoint, _):
+        env = {k: v for k, v in {**os.environ, **client_environment(endpoint, tmp_path)}.items() if v is not None}
+        result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip() == "hf://org/model@main", result.stderr
+
+
 def test_a_huggingface_co_address_is_read_through_the_configured_endpoint(tmp_path):
     with serve_hub({"org/model": HubRepository({"main": clean_checkpoint(tmp_path / "ckpt")})}) as (endpoint, served):
         result = run_cli("check", "https://huggingface.co/org/model", env=client_environment(endpoint, tmp_path))
@@ -148,6 +160,15 @@ def test_offline_the_check_knows_the_commit_the_cache_names(tmp_path):
     assert result.stdout.strip() == commit, result.stderr
 
 
+def test_offline_the_report_names_the_hub_address_not_the_cache_folder(tmp_path):
+    commit = cache_snapshot(tmp_path / "cache", "org/model", clean_checkpoint(tmp_path / "ckpt"), revision="v1.0")
+    env = offline_environment(tmp_path)
+    text = run_cli("check", "https://huggingface.co/org/model/tree/v1.0", env=env)
+    document = run_cli("check", "hf://org/model@v1.0", "--json", env=env)
+    assert text.stdout.startswith(f"hf://org/model@v1.0 (commit {commit}): "), text.stderr
+    assert json.loads(document.stdout)["summary"]["checkpoint"] == "hf://org/model@v1.0"
+
+
 def test_offline_without_a_cached_snapshot_is_one_line_saying_how_to_go_online(tmp_path):
     line = one_line(run_cli("check", "hf://org/model", env=offline_environment(tmp_path)))
     assert line.startswith("scalar-scales: error: hf://org/model: HF_HUB_OFFLINE is set and huggingface_hub's cache")
@@ -159,7 +180,10 @@ def test_offline_without_a_cached_snapshot_is_one_line_saying_how_to_go_online(t
 # Retries: what fails for a moment is tried again, within the request's deadline; nothing else is.
 
 
-@pytest.mark.parametrize("misbehave", ["drop-once", "503-once", "429-once"])
+@pytest.mark.parametrize(
+    "misbehave",
+    ["drop-once", "drop-mid-body-once", "503-once", "503-huge-once", "503-odd-retry-after-once", "429-once"],
+)
 def test_a_transient_failure_is_retried_and_the_check_matches_a_clean_one(tmp_path, misbehave):
     checkpoint = make_checkpoint(tmp_path / "ckpt")
     with serve_hub({"org/model": HubRepository({"main": checkpoint}, misbehave=misbehave)}) as (endpoint, served):
@@ -185,6 +209,46 @@ def test_a_server_that_always_fails_ends_the_check_with_one_line_within_the_dead
     assert elapsed < 6 + 5  # the 6 s deadline, and the process's start
 
 
+def test_a_refused_connection_is_retried_and_ends_in_one_line_within_the_deadline(tmp_path):
+    with socket.socket() as closed:  # a port nothing listens on: bound, then closed
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    env = {
+        **client_environment(f"http://127.0.0.1:{port}", tmp_path),
+        "HF_HUB_ETAG_TIMEOUT": "1",
+        "HF_HUB_DOWNLOAD_TIMEOUT": "1",
+    }
+    start = time.monotonic()
+    result = run_cli("check", "hf://org/model", env=env)
+    elapsed = time.monotonic() - start
+    line = one_line(result)
+    assert line.startswith("scalar-scales: error: hf://org/model: cannot reach the Hub"), line
+    assert line.endswith("(after 3 tries)"), line
+    assert elapsed < 6 + 5  # the 6 s deadline, and the process's start
+
+
+def test_a_browsers_address_of_a_subfolder_says_it_is_not_supported_and_how_to_download_it(tmp_path):
+    with serve_hub({"org/model": HubRepository({"main": clean_checkpoint(tmp_path / "ckpt")})}) as (endpoint, _):
+        result = run_cli(
+            "check", "https://huggingface.co/org/model/tree/main/nvfp4", env=client_environment(endpoint, tmp_path)
+        )
+    assert one_line(result) == (
+        "scalar-scales: error: hf://org/model@main/nvfp4: revision not found (HTTP 404); if 'nvfp4' is a folder of "
+        "revision 'main', a checkpoint in a subfolder is not supported: download it (hf download org/model "
+        "--revision main --include 'nvfp4/*') and check the folder"
+    )
+
+
+def test_an_address_of_another_host_is_refused_as_such_without_huggingface_hub():
+    script = (
+        "import sys; sys.modules['huggingface_hub'] = None; sys.argv = ['scalar-scales', 'check', "
+        "'https://example.com/org/model']; import runpy; runpy.run_module('scalar_scales', run_name='__main__')"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    line = one_line(result)
+    assert line.startswith("scalar-scales: error: https://example.com/org/model: not a Hub address"), line
+
+
 def test_a_404_is_not_retried(tmp_path):
     with serve_hub({"org/model": HubRepository({"main": clean_checkpoint(tmp_path / "ckpt")})}) as (endpoint, served):
         result = run_cli("check", "hf://org/model@v2.0", env=client_environment(endpoint, tmp_path))
@@ -194,7 +258,7 @@ def test_a_404_is_not_retried(tmp_path):
 
 @pytest.mark.parametrize(
     ("value", "seconds"),
-    [("2", 2.0), ("86400", 30.0), ("Wed, 21 Oct 2015 07:28:00 GMT", 0.0), ("soon", None), ("", None)],
+    [("2", 2.0), ("86400", 30.0), ("Wed, 21 Oct 2015 07:28:00 GMT", 0.0), ("soon", None), ("", None), ("²", None)],
 )
 def test_retry_after_is_read_as_seconds_or_a_date_and_capped(value, seconds):
     from scalar_scales.sources.hub_client import retry_after
