@@ -41,6 +41,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from scalar_scales.doctor import (
+    FORMATS_TAKING,
     OUTPUT_FORMATS,
     RULES,
     SHOWN_PER_RULE,
@@ -135,11 +136,13 @@ def _build_parser() -> _Parser:
         "--exit-zero", action="store_true", help="exit 0 even when errors are found (2 still means refused)"
     )
     check.add_argument("--strict", action="store_true", help="also exit 1 on warnings")
-    check.add_argument("--list", action="store_true", help="also list every per-tensor scale with its shape and value")
+    check.add_argument(
+        "--list", action="store_true", help="also list every per-tensor scale with its shape and value (text, json)"
+    )
     check.add_argument(
         "--show-all", action="store_true", help=f"every finding, not the first {SHOWN_PER_RULE} of each rule"
     )
-    check.add_argument("-q", "--quiet", action="store_true", help="print only the summary line (text output)")
+    check.add_argument("-q", "--quiet", action="store_true", help="print only the summary line (text)")
     check.add_argument("--include", action="append", default=[], metavar="GLOB", help="also these per-tensor scales")
 
     rule = commands.add_parser(
@@ -308,6 +311,12 @@ def _check(args: argparse.Namespace) -> int:
     output_format: OutputFormat = args.output_format or ("json" if args.json else "text")
     if args.json and output_format != "json":
         args.parser.error(f"--json is --output-format json; it cannot be given with --output-format {output_format}")
+    for option, given in (("--list", args.list), ("--quiet", args.quiet)):
+        if given and output_format not in (formats := FORMATS_TAKING[option]):
+            args.parser.error(
+                f"{option} is for --output-format {' or '.join(formats)}; it cannot be given with --output-format "
+                f"{output_format}"
+            )
     opened = open_checkpoint(args.path)
     fetched = opened.source if isinstance(opened.source, HubShards) else None
     diagnosis = diagnose(opened, include=args.include, codes=codes)

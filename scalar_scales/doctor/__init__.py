@@ -11,7 +11,15 @@ from scalar_scales.doctor.diagnosis import Diagnosis, diagnose
 from scalar_scales.doctor.expectations import Expectations, expectations_of
 from scalar_scales.doctor.matching import Kind, Matcher, module_kind
 from scalar_scales.doctor.reference import reference_document, rule_reference
-from scalar_scales.doctor.report import OUTPUT_FORMATS, SHOWN_PER_RULE, CheckReport, OutputFormat, json_number, render
+from scalar_scales.doctor.report import (
+    FORMATS_TAKING,
+    OUTPUT_FORMATS,
+    SHOWN_PER_RULE,
+    CheckReport,
+    OutputFormat,
+    json_number,
+    render,
+)
 from scalar_scales.doctor.rules import (
     EFFECTS,
     SEVERITIES,
@@ -26,6 +34,7 @@ from scalar_scales.doctor.view import CheckpointView, ShardView
 
 __all__ = [
     "EFFECTS",
+    "FORMATS_TAKING",
     "OUTPUT_FORMATS",
     "RULES",
     "SEVERITIES",

@@ -103,6 +103,7 @@ __all__ = [
     "TensorEntry",
     "file_identity",
     "DTYPE_BITS",
+    "LFS_POINTER_START",
     "MAX_HEADER_BYTES",
     "ending_with",
     "header_length_of",
@@ -112,6 +113,12 @@ __all__ = [
 
 MAX_HEADER_BYTES = 100_000_000
 """The reference reader refuses larger headers; so do we."""
+
+LFS_POINTER_START = b"version "
+"""The first 8 bytes of a Git LFS pointer (``version https://git-lfs.github.com/spec/v1``, then the oid and the
+size): what a clone holds for a shard until ``git lfs pull``. Read as a header length they are
+2,336,927,755,350,992,246, over :data:`MAX_HEADER_BYTES`, so no safetensors file starts so, and naming the
+pointer only changes what a file already refused is called."""
 
 DTYPE_BITS: dict[str, int] = {
     "BOOL": 8,
@@ -258,9 +265,12 @@ def file_identity(status: os.stat_result) -> FileIdentity:
 
 
 def header_length_of(path: str | os.PathLike[str], prefix: bytes, file_size: int) -> int:
-    """The header length a file's first 8 bytes declare, checked against the limit and the file's size."""
+    """The header length a file's first 8 bytes declare, checked against the limit and the file's size; a Git
+    LFS pointer is refused as one, since "header length 2336927755350992246" would not tell the user to pull."""
     if len(prefix) < 8:
         raise CheckpointError(path, f"truncated: {file_size} bytes, too short for the 8-byte header length")
+    if prefix[:8] == LFS_POINTER_START:
+        raise CheckpointError(path, "a Git LFS pointer, not the file: run git lfs pull")
     header_length: int = struct.unpack("<Q", prefix)[0]
     if header_length > MAX_HEADER_BYTES:
         raise CheckpointError(path, f"header length {header_length} exceeds the {MAX_HEADER_BYTES}-byte limit")

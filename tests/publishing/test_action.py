@@ -2,19 +2,23 @@
 bash as GitHub executes them, install scalar-scales and check a checkpoint.
 
 GitHub runs a composite's `run` step as ``bash --noprofile --norc -eo pipefail FILE``, with the step's `env`
-(each `${{ }}` expression evaluated first), ``GITHUB_ACTION_PATH`` (the action's checkout), ``GITHUB_ENV`` (a
-file whose ``NAME=VALUE`` lines set later steps' environment) and ``RUNNER_TEMP``. :func:`run_steps` does the
-same. `uses` steps (actions/setup-python) are GitHub's to run: the Python it would give is this one, which makes
-the Action's virtual environment. The action's checkout is a copy of the project's files as they are on disk.
+(each `${{ }}` expression evaluated first, ``steps.ID.outputs.NAME`` among them), ``GITHUB_ACTION_PATH`` (the
+action's checkout), ``GITHUB_OUTPUT`` (a file of the step's own, whose ``NAME=VALUE`` lines become its outputs),
+``GITHUB_ENV`` (a file whose lines set every later step's environment; the Action writes none) and
+``RUNNER_TEMP``. :func:`run_step` does the same. `uses` steps (actions/setup-python) are GitHub's to run: the
+Python it would give is this one, which makes the Action's virtual environment. The action's checkout is a copy of
+the project's files as they are on disk.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -29,8 +33,9 @@ STEPS = ACTION["runs"]["steps"]
 INSTALL, CHECK = (step for step in STEPS if "run" in step)
 
 
-def evaluate(text: str, inputs: dict[str, str]) -> str:
-    """The expressions action.yml's `env` uses, evaluated as GitHub would; any other is a test failure."""
+def evaluate(text: str, inputs: dict[str, str], outputs: dict[str, dict[str, str]]) -> str:
+    """The expressions action.yml's `env` uses, evaluated as GitHub would (a step's output that was not set is
+    empty); any other is a test failure."""
 
     def value(match: re.Match[str]) -> str:
         expression = match.group(1)
@@ -39,27 +44,36 @@ def evaluate(text: str, inputs: dict[str, str]) -> str:
             return inputs.get(name, ACTION["inputs"][name].get("default", ""))
         if expression == "steps.python.outputs.python-path":
             return sys.executable
+        if step_output := re.fullmatch(r"steps\.([\w-]+)\.outputs\.([\w-]+)", expression):
+            return outputs.get(step_output.group(1), {}).get(step_output.group(2), "")
         raise AssertionError(f"the test does not evaluate {expression!r}")
 
     return EXPRESSION.sub(value, text)
 
 
-def run_step(step: dict, inputs: dict[str, str], runner: dict[str, Path]) -> subprocess.CompletedProcess[str]:
-    """One `run` step, as GitHub runs it: its script in a file, bash's flags, the step's env, then GITHUB_ENV."""
+def run_step(
+    step: dict, inputs: dict[str, str], runner: dict[str, Any], **more_env: str
+) -> subprocess.CompletedProcess[str]:
+    """One `run` step, as GitHub runs it: its script in a file, bash's flags, the step's env and GITHUB_ENV; then
+    what it wrote to its GITHUB_OUTPUT file becomes its outputs (``runner["outputs"][ID]``), for later steps."""
     assert step["shell"] == "bash"
     script = runner["temp"] / "step.sh"
     script.write_text(step["run"])
+    output_file = runner["temp"] / "github_output"
+    output_file.write_text("")
     env = {
         "PATH": os.environ["PATH"],
         "HOME": os.environ.get("HOME", str(runner["temp"])),
         "GITHUB_ACTION_PATH": str(runner["action"]),
         "GITHUB_WORKSPACE": str(runner["workspace"]),
         "GITHUB_ENV": str(runner["env_file"]),
+        "GITHUB_OUTPUT": str(output_file),
         "RUNNER_TEMP": str(runner["temp"]),
-        **github_env(runner["env_file"]),
-        **{name: evaluate(str(value), inputs) for name, value in step.get("env", {}).items()},
+        **name_value_lines(runner["env_file"]),
+        **{name: evaluate(str(value), inputs, runner["outputs"]) for name, value in step.get("env", {}).items()},
+        **more_env,
     }
-    return subprocess.run(
+    result = subprocess.run(
         ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
         cwd=runner["workspace"],
         env=env,
@@ -67,34 +81,59 @@ def run_step(step: dict, inputs: dict[str, str], runner: dict[str, Path]) -> sub
         text=True,
         timeout=300,
     )
+    if "id" in step:
+        runner["outputs"][step["id"]] = name_value_lines(output_file)
+    return result
 
 
-def github_env(env_file: Path) -> dict[str, str]:
-    """What the steps so far wrote to GITHUB_ENV (the ``NAME=VALUE`` form, the only one the action writes)."""
-    if not env_file.exists():
+def name_value_lines(file: Path) -> dict[str, str]:
+    """What a step wrote to GITHUB_ENV or GITHUB_OUTPUT (the ``NAME=VALUE`` form, the only one the Action
+    writes)."""
+    if not file.exists():
         return {}
-    return dict(line.split("=", 1) for line in env_file.read_text().splitlines() if line)
+    return dict(line.split("=", 1) for line in file.read_text().splitlines() if line)
 
 
-def new_runner(root: Path, action: Path) -> dict[str, Path]:
-    runner = {"action": action, "workspace": root / "workspace", "temp": root / "runner-temp"}
+def new_runner(root: Path, action: Path) -> dict[str, Any]:
+    runner: dict[str, Any] = {"action": action, "workspace": root / "workspace", "temp": root / "runner-temp"}
     runner["env_file"] = runner["temp"] / "github_env"
+    runner["outputs"] = {}
     for folder in (runner["workspace"], runner["temp"]):
         folder.mkdir(parents=True)
     return runner
 
 
 @pytest.fixture(scope="module")
-def runner(tmp_path_factory) -> dict[str, Path]:
+def runner(tmp_path_factory) -> dict[str, Any]:
     """A runner on which the install step has run (with the default inputs): scalar-scales in its own venv."""
     root = tmp_path_factory.mktemp("runner")
     runner = new_runner(root, project_snapshot(root / "action"))
     installed = run_step(INSTALL, {}, runner)
     assert installed.returncode == 0, installed.stdout + installed.stderr
+    runner["first install"] = runner["outputs"]["install"]
     return runner
 
 
-def check(runner: dict[str, Path], **inputs: str) -> subprocess.CompletedProcess[str]:
+@pytest.fixture(scope="module")
+def page_address_install(runner) -> dict[str, Any]:
+    """The install step run a second time in the job, for a Hub repository's page address, with pip told (by its
+    own environment variables) to install no dependency (the extra's would be fetched) and to report what it
+    installed: which requirement, with which extras. The build backend's own install (setuptools, which has no
+    dependency) is told the same, and writes the report first; the Action's install overwrites it."""
+    report = runner["temp"] / "pip-report.json"
+    second_use = {**runner, "outputs": {}}  # the same runner and job; the steps' outputs are the second use's
+    installed = run_step(
+        INSTALL,
+        {"path": "https://huggingface.co/org/model"},
+        second_use,
+        PIP_NO_DEPS="1",
+        PIP_REPORT=str(report),
+    )
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    return {"outputs": second_use["outputs"]["install"], "report": json.loads(report.read_text())}
+
+
+def check(runner: dict[str, Any], **inputs: str) -> subprocess.CompletedProcess[str]:
     return run_step(CHECK, inputs, runner)
 
 
@@ -119,7 +158,7 @@ def test_every_input_reaches_a_script_only_through_env():
 def test_the_install_step_installs_the_actions_own_checkout_in_a_venv_of_its_own(runner):
     """The package is not on the registry: the default installs the checkout `uses: ...@REF` names, not into the
     workflow's Python."""
-    bin_dir = Path(github_env(runner["env_file"])["SCALAR_SCALES_BIN"])
+    bin_dir = Path(runner["first install"]["bin"])
     assert bin_dir.parent.parent == runner["temp"]
     where = subprocess.run(
         [bin_dir / "python", "-c", "import scalar_scales; print(scalar_scales.__file__)"],
@@ -130,6 +169,25 @@ def test_the_install_step_installs_the_actions_own_checkout_in_a_venv_of_its_own
     )
     assert Path(where.stdout.strip()).is_relative_to(bin_dir.parent)
     assert not (bin_dir / "torch").exists()
+
+
+def test_the_install_step_gives_its_bin_folder_as_a_step_output_and_sets_no_job_environment(runner):
+    """GITHUB_ENV would give SCALAR_SCALES_BIN to every later step of the workflow's job, not only the Action's."""
+    assert Path(runner["first install"]["bin"], "scalar-scales").exists()
+    assert name_value_lines(runner["env_file"]) == {}
+
+
+def test_a_hub_page_address_installs_the_hub_extra(page_address_install):
+    """check takes https://huggingface.co/ORG/NAME as well as hf://ORG/NAME, and reads either with the extra."""
+    (requested,) = page_address_install["report"]["install"]
+    assert requested["requested_extras"] == ["hub"]
+    assert requested["metadata"]["name"] == "scalar-scales"
+
+
+def test_a_second_use_of_the_action_in_a_job_gets_a_venv_of_its_own(runner, page_address_install):
+    """A second use with another python-version must not install into (or run) the first use's venv."""
+    first, second = Path(runner["first install"]["bin"]), Path(page_address_install["outputs"]["bin"])
+    assert first.parent != second.parent and second.parent.parent == runner["temp"]
 
 
 def test_a_broken_checkpoint_fails_the_step_with_error_annotations(runner):

@@ -15,7 +15,7 @@ import pytest
 from scalar_scales.doctor.report import SCHEMA_VERSION, schema_text
 from scalar_scales.nvfp4 import COMPRESSED_TENSORS_LAYOUT
 from scalar_scales.sources import read_headers
-from scalar_scales_testkit.broken import CORPUS, clean_checkpoint
+from scalar_scales_testkit.broken import CORPUS, clean_checkpoint, mla_checkpoint
 from scalar_scales_testkit.cli import make_checkpoint, run_cli, shards
 
 SARIF_SCHEMA = Path(__file__).parent / "schemas" / "sarif-schema-2.1.0.json"
@@ -53,6 +53,7 @@ CHECKPOINTS = {
     "legacy": lambda folder: make_checkpoint(folder),
     "broken": lambda folder: nan_scale(make_checkpoint(folder)),
     "bf16-nothing-checked": lambda folder: _unquantized(clean_checkpoint(folder)),
+    "not-loaded-by-sglang": lambda folder: mla_checkpoint(folder, "Glm4MoeLiteForCausalLM"),
     **{f"corpus-{name}": partial(_broken, case) for name, case in CORPUS.items()},
 }
 
@@ -95,3 +96,44 @@ def test_the_schema_ships_in_the_package_next_to_its_module():
     import scalar_scales.doctor.report as report
 
     assert (Path(report.__file__).parent / "check-report.schema.json").read_text() == schema_text()
+
+
+def test_the_engine_refusal_case_fills_not_loaded_by(tmp_path):
+    """The case above that validates `not_loaded_by` with an entry in it: SGLang's refusal of GLM's 0-D scales."""
+    checkpoint = CHECKPOINTS["not-loaded-by-sglang"](tmp_path / "ckpt")
+    document = json.loads(run_cli("check", checkpoint, "--json").stdout)
+    assert [entry["consumer"] for entry in document["not_loaded_by"]]
+
+
+@pytest.fixture(scope="module")
+def hub_reports(tmp_path_factory) -> dict[str, dict]:
+    """The JSON document and the SARIF log of a legacy checkpoint checked as ``hf://org/model@main`` on the test
+    kit's stand-in Hub: the reports whose `commit`, `bytes_*`, `HFREPO` base and `versionControlProvenance` are set."""
+    pytest.importorskip("huggingface_hub")
+    from scalar_scales_testkit.hub_server import HubRepository, client_environment, serve_hub
+
+    folder = tmp_path_factory.mktemp("hub")
+    checkpoint = make_checkpoint(folder / "ckpt")
+    reports = {}
+    with serve_hub({"org/model": HubRepository({"main": checkpoint})}) as (endpoint, _):
+        env = client_environment(endpoint, folder)
+        for output_format in ("json", "sarif"):
+            result = run_cli("check", "hf://org/model@main", "--output-format", output_format, env=env)
+            assert result.returncode == 0, result.stderr
+            reports[output_format] = json.loads(result.stdout)
+    return reports
+
+
+def test_a_hub_json_report_validates_against_the_shipped_schema(hub_reports):
+    document = hub_reports["json"]
+    jsonschema.Draft202012Validator(report_schema()).validate(document)
+    summary = document["summary"]
+    assert summary["commit"] and summary["bytes_fetched"] and summary["bytes_total"]
+
+
+def test_a_hub_sarif_report_validates_against_the_sarif_2_1_0_schema(hub_reports):
+    log = hub_reports["sarif"]
+    jsonschema.Draft4Validator(json.loads(SARIF_SCHEMA.read_text())).validate(log)
+    (run,) = log["runs"]
+    assert "HFREPO" in run["originalUriBaseIds"] and run["versionControlProvenance"]
+    assert run["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uriBaseId"] == "HFREPO"

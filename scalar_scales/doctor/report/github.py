@@ -16,10 +16,9 @@ from __future__ import annotations
 import os
 from itertools import groupby
 
-from scalar_scales.doctor.report.model import SHOWN_PER_RULE, CheckReport, counted
+from scalar_scales.doctor.report.model import SHOWN_PER_RULE, CheckReport, counted, with_tensor
 from scalar_scales.doctor.report.text import summary
 from scalar_scales.doctor.rules import Finding, Rule
-from scalar_scales.sources.hub import HUB_PREFIX
 
 __all__ = ["LEVELS", "annotation", "escape_data", "escape_property", "github_lines"]
 
@@ -31,13 +30,20 @@ def github_lines(report: CheckReport, *, show_all: bool = False) -> list[str]:
     """One annotation per rule and file (per finding with ``show_all``), each not-loading engine as a warning,
     and the summary line."""
     lines: list[str] = []
+    hub = report.hub
     for rule, findings in report.by_rule:
         for file, of_file in groupby(sorted(findings, key=_file), key=_file):
             in_file = list(of_file)
+            # A Hub repository's file is no path in the workspace: its address starts the message instead
+            where = None if hub is None else f"{hub.canonical}/{report.in_repository(file)}"
+            path = file if hub is None else None
             if show_all or len(in_file) == 1:
-                lines += [annotation(rule, file, f"{_tensor(finding)}{finding.message}") for finding in in_file]
+                messages = [with_tensor(finding, finding.message) for finding in in_file]
             else:
-                lines.append(annotation(rule, file, _grouped(rule, in_file)))
+                messages = [_grouped(rule, in_file)]
+            lines += [
+                annotation(rule, path, message if where is None else f"{where}: {message}") for message in messages
+            ]
     lines += [
         f"::warning title={escape_property(f'Not loaded by {refusal.consumer}')}::{escape_data(str(refusal))}"
         for refusal in report.diagnosis.refusals
@@ -46,12 +52,12 @@ def github_lines(report: CheckReport, *, show_all: bool = False) -> list[str]:
     return lines
 
 
-def annotation(rule: Rule, file: str, message: str) -> str:
-    """The workflow command that annotates ``file`` (a path in the workspace, or a Hub address, which is not one
-    and is named in the message instead) with a finding of ``rule``."""
+def annotation(rule: Rule, file: str | None, message: str) -> str:
+    """The workflow command that annotates ``file`` (a path in the workspace; None for a file that is not in it,
+    such as a Hub repository's, whose message names it instead) with a finding of ``rule``."""
     title = escape_property(f"{rule.code} {rule.name}")
-    if file.startswith(HUB_PREFIX):
-        return f"::{LEVELS[rule.severity]} title={title}::{escape_data(f'{file}: {message}')}"
+    if file is None:
+        return f"::{LEVELS[rule.severity]} title={title}::{escape_data(message)}"
     return (
         f"::{LEVELS[rule.severity]} file={escape_property(_workspace_path(file))},title={title}::{escape_data(message)}"
     )
@@ -71,7 +77,7 @@ def _grouped(rule: Rule, findings: list[Finding]) -> str:
     """The findings of one rule in one file as one message: how many, the first few, and why they matter."""
     shown = findings[:SHOWN_PER_RULE]
     lines = [f"{counted(len(findings), 'finding')} in this file: {rule.summary}"]
-    lines += [f"{_tensor(finding)}{finding.detail}" for finding in shown]
+    lines += [with_tensor(finding, finding.detail) for finding in shown]
     if len(shown) < len(findings):
         lines.append(f"... and {len(findings) - len(shown)} more (--show-all annotates each)")
     whys = dict.fromkeys(finding.why for finding in findings)
@@ -89,7 +95,3 @@ def _workspace_path(file: str) -> str:
 
 def _file(finding: Finding) -> str:
     return finding.file
-
-
-def _tensor(finding: Finding) -> str:
-    return f"{finding.tensor}: " if finding.tensor else ""

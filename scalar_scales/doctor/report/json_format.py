@@ -50,7 +50,7 @@ def json_document(report: CheckReport, *, with_scales: bool = False) -> dict[str
             for refusal in diagnosis.refusals
         ],
         "summary": {
-            "checkpoint": str(scan.checkpoint.root),
+            "checkpoint": report.name,
             "commit": report.commit,
             "shards": len(scan.shards),
             "producer": None if scan.declared is None else scan.declared.producer,
@@ -75,6 +75,7 @@ def json_document(report: CheckReport, *, with_scales: bool = False) -> dict[str
             "infos": report.count("info"),
             "counts": dict(sorted(report.counts.items())),
             "exit_code": report.exit_code,
+            "failed": report.failed,
             "bytes_fetched": None if report.fetched is None else report.fetched.bytes_fetched,
             "bytes_total": None if report.fetched is None else report.fetched.bytes_total,
         },

@@ -11,8 +11,17 @@ from typing import NamedTuple, Protocol
 
 from scalar_scales.doctor.diagnosis import Diagnosis
 from scalar_scales.doctor.rules import SEVERITIES, Finding, Rule, Severity
+from scalar_scales.sources.hub_address import HubAddress
 
-__all__ = ["SHOWN_PER_RULE", "CheckReport", "FetchCounter", "RuleFindings", "counted", "json_number"]
+__all__ = [
+    "SHOWN_PER_RULE",
+    "CheckReport",
+    "FetchCounter",
+    "RuleFindings",
+    "counted",
+    "json_number",
+    "with_tensor",
+]
 
 SHOWN_PER_RULE = 5
 """How many findings of each rule the text shows without ``--show-all``."""
@@ -108,6 +117,24 @@ class CheckReport:
         return self.diagnosis.scan.opened.commit
 
     @property
+    def hub(self) -> HubAddress | None:
+        """The Hub repository checked (None for local files), as the address parsed once where it was opened, so
+        that no format parses the checkpoint's name again."""
+        return self.diagnosis.scan.opened.hub
+
+    @property
+    def name(self) -> str:
+        """How the report names the checkpoint: a Hub repository by its ``hf://`` address, whether its files came
+        over the network or from huggingface_hub's cache (offline); local files by their path."""
+        return self.hub.canonical if self.hub is not None else str(self.diagnosis.scan.checkpoint.root)
+
+    def in_repository(self, file: str) -> str:
+        """A Hub check's file as its path in the repository, whether it was read over the network (its name is
+        then ``hf://ORG/NAME[@REVISION]/PATH``) or from huggingface_hub's cache (a path in the snapshot)."""
+        root = str(self.diagnosis.scan.checkpoint.root)
+        return file.removeprefix(root).lstrip("/\\")
+
+    @property
     def failed(self) -> bool:
         """What was found fails the check: an error, or with ``--strict`` also a warning, an engine observed not
         to load the checkpoint, or nothing checked."""
@@ -123,6 +150,12 @@ class CheckReport:
 def counted(n: int, noun: str) -> str:
     """``n`` with ``noun``, plural unless ``n`` is 1: "1 shard", "3 shards"; "info" is a mass noun."""
     return f"{n} {noun}" if n == 1 or noun.endswith("info") else f"{n} {noun}s"
+
+
+def with_tensor(finding: Finding, text: str) -> str:
+    """``text`` after the finding's tensor, ``tensor: text``, as the annotations and SARIF messages name it (a
+    finding about the checkpoint as a whole has no tensor, and ``text`` alone)."""
+    return f"{finding.tensor}: {text}" if finding.tensor else text
 
 
 def json_number(value: float | None) -> float | str | None:

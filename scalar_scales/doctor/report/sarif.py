@@ -21,10 +21,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from scalar_scales.doctor.report.model import CheckReport
+from scalar_scales.doctor.report.model import CheckReport, with_tensor
 from scalar_scales.doctor.report.text import summary
 from scalar_scales.doctor.rules import EFFECTS, Finding, Rule
-from scalar_scales.sources.hub import HUB_PREFIX
 
 __all__ = ["HUB_BASE", "SARIF_SCHEMA", "SOURCE_ROOT", "sarif_document"]
 
@@ -44,7 +43,7 @@ def sarif_document(report: CheckReport) -> dict[str, Any]:
         if group.rule not in rules:
             rules.append(group.rule)
     index = {rule.code: i for i, rule in enumerate(rules)}
-    locator = _Locator(str(report.diagnosis.scan.checkpoint.root), report.commit)
+    locator = _Locator(report)
     run: dict[str, Any] = {
         "tool": {
             "driver": {
@@ -57,7 +56,7 @@ def sarif_document(report: CheckReport) -> dict[str, Any]:
         "results": [_result(finding, index[finding.code], locator) for finding in report.reported],
         "columnKind": "unicodeCodePoints",
         "originalUriBaseIds": locator.bases(),
-        "properties": {"checkpoint": locator.root, "commit": report.commit, "summary": summary(report)},
+        "properties": {"checkpoint": report.name, "commit": report.commit, "summary": summary(report)},
     }
     if provenance := locator.provenance():
         run["versionControlProvenance"] = [provenance]
@@ -89,13 +88,12 @@ def _result(finding: Finding, rule_index: int, locator: _Locator) -> dict[str, A
         location["logicalLocations"] = [
             {"name": finding.tensor, "fullyQualifiedName": finding.tensor, "kind": "member"}
         ]
-    where = f"{finding.tensor}: " if finding.tensor else ""
     fingerprint = hashlib.sha256("\0".join([finding.code, uri, finding.tensor or ""]).encode()).hexdigest()
     return {
         "ruleId": finding.code,
         "ruleIndex": rule_index,
         "level": _LEVELS[finding.severity],
-        "message": {"text": f"{where}{finding.message}"},
+        "message": {"text": with_tensor(finding, finding.message)},
         "locations": [location],
         "partialFingerprints": {"primaryLocationLineHash": f"{fingerprint[:16]}:1", "tensor/v1": fingerprint},
     }
@@ -105,33 +103,31 @@ class _Locator:
     """Each file's URI: relative to the current folder (``%SRCROOT%``) where it is under it, else an absolute
     ``file:`` URI; a Hub repository's files relative to ``HFREPO``, the repository at the commit read."""
 
-    def __init__(self, root: str, commit: str | None) -> None:
-        self.root, self.commit = root, commit
-        self.hub = root.startswith(HUB_PREFIX)
-        self.repository = root.removeprefix(HUB_PREFIX).partition("@")[0] if self.hub else ""
+    def __init__(self, report: CheckReport) -> None:
+        self.report, self.commit, self.hub = report, report.commit, report.hub
 
     def locate(self, file: str) -> tuple[str, str | None]:
-        if self.hub:
-            name = file.removeprefix(self.root).lstrip("/")
-            return quote(name), HUB_BASE
-        path = Path(file).absolute()
+        if self.hub is not None:
+            return quote(self.report.in_repository(file)), HUB_BASE
+        # abspath, not Path.absolute(): it removes `..`, so `check ../ck` from a subfolder is outside the root
+        path = Path(os.path.abspath(file))
         try:
-            relative = path.relative_to(Path.cwd())
+            relative = path.relative_to(os.getcwd())
         except ValueError:
             return path.as_uri(), None
         return quote(relative.as_posix()), SOURCE_ROOT
 
     def bases(self) -> dict[str, Any]:
-        if self.hub:
-            revision = self.commit or "main"
-            return {HUB_BASE: {"uri": f"https://huggingface.co/{self.repository}/resolve/{revision}/"}}
+        if self.hub is not None:
+            revision = quote(self.commit or self.hub.revision or "main", safe="")  # refs/pr/1 is one segment
+            return {HUB_BASE: {"uri": f"https://huggingface.co/{self.hub.repo_id}/resolve/{revision}/"}}
         return {SOURCE_ROOT: {"uri": Path(os.getcwd()).as_uri() + "/"}}
 
     def provenance(self) -> dict[str, Any] | None:
-        if not self.hub or self.commit is None:
+        if self.hub is None or self.commit is None:
             return None
         return {
-            "repositoryUri": f"https://huggingface.co/{self.repository}",
+            "repositoryUri": f"https://huggingface.co/{self.hub.repo_id}",
             "revisionId": self.commit,
             "mappedTo": {"uriBaseId": HUB_BASE},
         }

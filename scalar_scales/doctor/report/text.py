@@ -15,6 +15,7 @@ and never that all checks passed.
 from __future__ import annotations
 
 import os
+import shlex
 import textwrap
 from collections import Counter
 from itertools import groupby
@@ -24,9 +25,8 @@ from scalar_scales.doctor.rules import SEVERITIES, Finding
 from scalar_scales.errors import printable
 from scalar_scales.nvfp4 import MODELOPT
 from scalar_scales.scan import CheckpointScan
-from scalar_scales.sources.checkpoint import CheckpointLocation
 from scalar_scales.sources.declaration import Group
-from scalar_scales.sources.hub import HUB_PREFIX
+from scalar_scales.sources.hub_address import HubAddress
 
 __all__ = ["WIDTH", "checked_line", "heading", "summary", "text_lines"]
 
@@ -51,9 +51,9 @@ def text_lines(
         lines.append(checked_line(report))
     if with_scales:
         lines += [f"{s.layout:<7}{str(list(s.shape)):<5}{s.name} = {s.value!r}" for s in report.diagnosis.scan.scales]
-    checkpoint = report.diagnosis.scan.checkpoint
+    root = str(report.diagnosis.scan.checkpoint.root)
     for rule, findings in report.by_rule:
-        fix = f"; fix: {_fix_command(rule.fix, checkpoint)}" if rule.fix else ""
+        fix = f"; fix: {_fix_command(rule.fix, root, report.hub)}" if rule.fix else ""
         lines.append(
             f"{rule.code} {rule.name} ({rule.severity}): {counted(len(findings), 'finding')}: {rule.summary}{fix}"
         )
@@ -85,7 +85,7 @@ def heading(report: CheckReport) -> str:
     legacy, kv = scan.legacy_count, scan.kv_scale_count
     commit = f" (commit {report.commit})" if report.commit else ""
     return (
-        f"{scan.checkpoint.root}{commit}: {counted(len(scan.shards), 'shard')}, {what}, {_scales_text(scan)} "
+        f"{report.name}{commit}: {counted(len(scan.shards), 'shard')}, {what}, {_scales_text(scan)} "
         f"({legacy} (1,), {scan.scale_count - legacy} 0-D)" + (f", {counted(kv, 'KV-cache scale')}" if kv else "")
     )
 
@@ -164,13 +164,14 @@ def _group_text(group: Group) -> str:
     return f"{group.format} {activations}"
 
 
-def _fix_command(command: str, checkpoint: CheckpointLocation) -> str:
-    """The fix as a command the user can run: a remote checkpoint is fixed in a local copy."""
-    if isinstance(checkpoint.root, str) and checkpoint.root.startswith(HUB_PREFIX):
-        repository, _, revision = checkpoint.root.removeprefix(HUB_PREFIX).partition("@")
-        download = f"hf download {repository}" + (f" --revision {revision}" if revision else "") + " --local-dir DIR"
+def _fix_command(command: str, root: str, hub: HubAddress | None) -> str:
+    """The fix as a command the user can paste into a shell, each argument quoted (a folder's name may hold a
+    space, a revision anything): a Hub repository is fixed in a local copy, since ``migrate`` edits in place."""
+    if hub is not None:
+        revision = ["--revision", hub.revision] if hub.revision else []
+        download = shlex.join(["hf", "download", hub.repo_id, *revision]) + " --local-dir DIR"
         return f"{command} DIR, on a local copy ({download})"
-    return f"{command} {checkpoint.root}"
+    return f"{command} {shlex.quote(root)}"
 
 
 def _scales_text(scan: CheckpointScan) -> str:

@@ -316,6 +316,7 @@ def test_json_has_findings_and_a_summary(checkpoint):
         "infos": 0,
         "counts": {"NV101": 48, "NV301": 1},
         "exit_code": 1,
+        "failed": True,
         "bytes_fetched": None,
         "bytes_total": None,
     }
@@ -392,3 +393,18 @@ def test_a_model_class_in_the_targets_leaves_the_class_rules_unapplied_and_says_
         "(Qwen3MoeTopKRouter)."
     )
     assert lines[2].startswith(f"All checks passed: no finding from {len(RULES) - 4} rules")
+
+
+def test_a_shard_that_is_still_a_git_lfs_pointer_is_refused_in_one_line_saying_to_pull(clean):
+    """A clone made without `git lfs pull` holds each shard as a pointer of a few lines; its first bytes read as a
+    header length of 2336927755350992246, which says nothing of what to do."""
+    shard = shards(clean)[1]
+    size = shard.stat().st_size
+    shard.write_text(
+        "version https://git-lfs.github.com/spec/v1\n"
+        "oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n"
+        f"size {size}\n"
+    )
+    result = run_cli("check", clean)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == f"scalar-scales: error: {shard}: a Git LFS pointer, not the file: run git lfs pull\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import struct
 import subprocess
 import sys
@@ -69,6 +70,96 @@ def test_an_unknown_output_format_is_refused(checkpoint):
     assert result.returncode == 2 and len(result.stderr.splitlines()) == 1 and "'xml'" in result.stderr
 
 
+# Every format: the same findings, the same exit code; the options each takes
+
+FORMATS = ["text", "json", "github", "sarif"]
+
+
+def broken_checkpoint(folder: Path) -> Path:
+    """The legacy checkpoint (48 NV101 warnings) with one input scale of 0 (an NV301 error)."""
+    checkpoint = make_checkpoint(folder)
+    set_value(checkpoint, "input_global_scale", 0.0)
+    return checkpoint
+
+
+CASES = {"clean": clean_checkpoint, "legacy": make_checkpoint, "broken": broken_checkpoint}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_format_exits_with_the_same_code(tmp_path, case):
+    checkpoint = CASES[case](tmp_path / "ckpt")
+    codes = {
+        output_format: run_cli("check", checkpoint, "--output-format", output_format).returncode
+        for output_format in FORMATS
+    }
+    assert set(codes.values()) == {1 if case == "broken" else 0}, codes
+
+
+def test_every_format_refuses_an_unreadable_checkpoint_with_exit_2(tmp_path):
+    checkpoint = make_checkpoint(tmp_path / "ckpt")
+    shards(checkpoint)[0].write_bytes(b"\x01\x02")
+    for output_format in FORMATS:
+        result = run_cli("check", checkpoint, "--output-format", output_format)
+        assert (result.returncode, result.stdout, len(result.stderr.splitlines())) == (2, "", 1), output_format
+
+
+def _unescaped(data: str) -> str:
+    return data.replace("%0A", "\n").replace("%0D", "\r").replace("%25", "%")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_json_sarif_and_github_with_show_all_have_the_same_findings(tmp_path, case):
+    """JSON's (code, tensor, message) triples are SARIF's results and GitHub's annotations with --show-all."""
+    checkpoint = CASES[case](tmp_path / "ckpt")
+    document = json.loads(run_cli("check", checkpoint, "--json").stdout)
+    expected = sorted((f["code"], f["tensor"], f"{f['tensor']}: {f['message']}") for f in document["findings"])
+    (run,) = json.loads(run_cli("check", checkpoint, "--output-format", "sarif").stdout)["runs"]
+    in_sarif = sorted(
+        (r["ruleId"], r["locations"][0]["logicalLocations"][0]["name"], r["message"]["text"]) for r in run["results"]
+    )
+    github = run_cli("check", checkpoint, "--output-format", "github", "--show-all").stdout.splitlines()[:-1]
+    annotated = sorted(
+        (
+            line.partition(",title=")[2][:5],
+            _unescaped(line.split("::", 2)[2]).partition(": ")[0],
+            _unescaped(line.split("::", 2)[2]),
+        )
+        for line in github
+    )
+    assert in_sarif == expected
+    assert annotated == expected
+    assert len(expected) == {"clean": 0, "legacy": 48, "broken": 49}[case]
+
+
+@pytest.mark.parametrize("output_format", ["github", "sarif"])
+def test_list_is_refused_where_the_format_has_no_place_for_the_scales(checkpoint, output_format):
+    result = run_cli("check", checkpoint, "--list", "--output-format", output_format)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        f"scalar-scales check: error: --list is for --output-format text or json; it cannot be given with "
+        f"--output-format {output_format} (see scalar-scales check --help)\n"
+    )
+
+
+@pytest.mark.parametrize("output_format", ["json", "github", "sarif"])
+def test_quiet_is_refused_with_every_format_but_text(checkpoint, output_format):
+    """A document, annotations or a log reduced to the summary line would no longer be what its reader reads."""
+    result = run_cli("check", checkpoint, "--quiet", "--output-format", output_format)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        f"scalar-scales check: error: --quiet is for --output-format text; it cannot be given with "
+        f"--output-format {output_format} (see scalar-scales check --help)\n"
+    )
+
+
+@pytest.mark.parametrize("output_format", ["json", "sarif"])
+def test_show_all_changes_nothing_where_every_finding_is_always_given(checkpoint, output_format):
+    plain = run_cli("check", checkpoint, "--output-format", output_format)
+    shown = run_cli("check", checkpoint, "--output-format", output_format, "--show-all")
+    assert (shown.returncode, shown.stdout) == (plain.returncode, plain.stdout)
+    assert plain.stdout.count("NV101") > 48
+
+
 # --exit-zero
 
 
@@ -79,6 +170,16 @@ def test_exit_zero_exits_0_where_an_error_is_found(broken):
     assert result.returncode == 0
     assert json.loads(result.stdout)["summary"]["exit_code"] == 0
     assert json.loads(result.stdout)["summary"]["errors"] == 1
+
+
+def test_json_says_whether_the_check_failed_even_with_exit_zero(broken, tmp_path):
+    """`exit_code` is the command's, 0 with --exit-zero: `failed` keeps the verdict a CI reading the document
+    wants."""
+    checkpoint, _ = broken
+    summary = json.loads(run_cli("check", checkpoint, "--exit-zero", "--json").stdout)["summary"]
+    assert (summary["exit_code"], summary["failed"]) == (0, True)
+    clean = clean_checkpoint(tmp_path / "clean")
+    assert json.loads(run_cli("check", clean, "--exit-zero", "--json").stdout)["summary"]["failed"] is False
 
 
 def test_exit_zero_with_strict_exits_0_on_warnings(checkpoint):
@@ -112,6 +213,15 @@ def test_one_finding_is_counted_in_the_singular(clean_in_tmp):
 def test_one_shard_is_counted_in_the_singular(tmp_path):
     checkpoint = make_checkpoint(tmp_path / "one", shards=1)
     assert run_cli("check", checkpoint).stdout.startswith(f"{checkpoint}: 1 shard, ")
+
+
+def test_the_fix_command_quotes_a_folder_name_for_the_shell(tmp_path):
+    """The command is one to paste: a folder whose name holds a space is one argument, not two."""
+    checkpoint = make_checkpoint(tmp_path / "my ckpt")
+    (nv101,) = [line for line in run_cli("check", checkpoint).stdout.splitlines() if line.startswith("NV101 ")]
+    command = nv101.partition("; fix: ")[2]
+    assert command == f"scalar-scales migrate '{checkpoint}'"
+    assert shlex.split(command) == ["scalar-scales", "migrate", str(checkpoint)]
 
 
 def test_findings_that_differ_in_why_are_shown_under_each_why(clean_in_tmp):
@@ -248,9 +358,12 @@ def test_sarif_fingerprints_stay_across_runs_and_differ_between_findings(checkpo
     assert first == fingerprints() and len(set(first)) == 48
 
 
-def test_sarif_names_a_file_outside_the_source_root_by_a_file_uri(checkpoint, tmp_path):
+@pytest.mark.parametrize("given", ["absolute", "../ckpt"])
+def test_sarif_names_a_file_outside_the_source_root_by_a_file_uri(checkpoint, tmp_path, given):
+    """Whether it is given as an absolute path or as one that climbs out of the current folder with `..`."""
     (tmp_path / "elsewhere").mkdir()
-    result = sarif(tmp_path / "elsewhere", checkpoint)["runs"][0]["results"][0]
+    path = checkpoint if given == "absolute" else given
+    result = sarif(tmp_path / "elsewhere", path)["runs"][0]["results"][0]
     artifact = result["locations"][0]["physicalLocation"]["artifactLocation"]
     assert artifact == {"uri": (checkpoint / "model-00001-of-00003.safetensors").as_uri()}
 
