@@ -30,15 +30,17 @@ Both processes share one ``HF_HOME``, warmed by one run of each first (the
 once-a-day requests huggingface_hub makes on its own are not counted).
 
 Before (8 shards at a time, a 64 KiB first range, serial model info, config and index): 5.8 s and 141 requests
-on ``sorted``; ``scattered`` did not finish in 30 s. Measured 2026-12-03 on 2 shared cores,
-``--latency 0.1 --repeats 3``
+on ``sorted``; ``scattered`` did not finish in 30 s. With 16 shards at a time ``sorted`` took 0.46x to 0.54x
+over three runs, 32 at a time 0.42x and 0.43x. ``scattered`` is bound by moving its 428 MB (its gaps are under
+the 1 MiB merge) through two cores, not by latency. Measured 2026-12-03 on 2 cores,
+``--latency 0.1 --repeats 5``
 (``OMP_NUM_THREADS=1 python benchmarks/check_hub.py``):
 
 ==========  =======  ========  ==========  =====  ========  ==========  ========
 repository  check s  requests  bytes       hf s   requests  bytes       check/hf
 ==========  =======  ========  ==========  =====  ========  ==========  ========
-sorted         2.17        96  32,994,712   4.94       188  20,631,094     0.44x
-scattered      3.81       188 428,820,087   5.06       188  20,838,622     0.75x
+sorted         2.11        96  32,994,712   4.91       188  20,631,094     0.43x
+scattered      4.66       280 428,263,671   4.91       188  20,838,622     0.95x
 ==========  =======  ========  ==========  =====  ========  ==========  ========
 
     OMP_NUM_THREADS=1 python benchmarks/check_hub.py [--latency 0.1] [--repeats 3]

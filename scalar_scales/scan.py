@@ -56,7 +56,7 @@ __all__ = [
     "scan_shards",
 ]
 
-NETWORK_READERS = 16
+NETWORK_READERS = 32
 """Shards read at once from a source on the network."""
 KV_SCALES = (".k_scale", ".v_scale")
 """The endings of a KV-cache scale's name, in compressed-tensors' layout (``self_attn.k_scale``) and ModelOpt's

@@ -92,7 +92,7 @@ SCALE_ROOM = 4
 """Bytes after the header asked for with it per tensor of the shard: room for an F32 scale of each, so that scales
 leading the data section come in the same range."""
 FIRST_READ_CAP = 4 << 20
-"""The most a shard's first range asks for, however long the index says its header is: 16 shards are read at once,
+"""The most a shard's first range asks for, however long the index says its header is: 32 shards are read at once,
 and each holds its first range until it is parsed. A longer header is read by a second range, one shard at a time
 (:attr:`HubShards.long_headers`)."""
 AFTER_HEADER = 64 * 1024
@@ -102,7 +102,7 @@ RANGE_GAP = 4096
 MERGE_GAP = 1 << 20
 """Scale ranges this close are fetched as one request: at 100 ms a round trip, a megabyte more costs about as much
 as another request on a 100 Mbit/s link, and a scattered layout's scales are read in few requests."""
-SPAN_CAP = 16 << 20
+SPAN_CAP = 8 << 20
 """The most one merged range may hold: what a reader holds in memory at a time, however the header places its
 scales. A range is only ever longer where one scale's own bytes are (never: a scale is at most 8 bytes)."""
 _COMMIT = re.compile(r"[0-9a-f]{40}")
@@ -123,7 +123,7 @@ class RemoteCheckpoint:
 def header_estimate(weight_map: dict[str, str] | None) -> dict[str, int]:
     """Bytes to ask for first from each shard the index names: its 8-byte length, a header of its tensors'
     entries (:data:`ENTRY_BYTES` each beyond the name) and :data:`SCALE_ROOM` per tensor after it; capped at
-    :data:`FIRST_READ_CAP`, so that 16 shards read at once hold a bounded amount. Empty without an index."""
+    :data:`FIRST_READ_CAP`, so that 32 shards read at once hold a bounded amount. Empty without an index."""
     if weight_map is None:
         return {}
     sizes: dict[str, int] = {}
