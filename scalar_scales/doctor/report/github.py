@@ -13,10 +13,9 @@ command and start another.
 
 from __future__ import annotations
 
-import os
 from itertools import groupby
 
-from scalar_scales.doctor.report.model import SHOWN_PER_RULE, CheckReport, counted, with_tensor
+from scalar_scales.doctor.report.model import SHOWN_PER_RULE, CheckReport, counted, with_tensor, workspace_path
 from scalar_scales.doctor.report.text import summary
 from scalar_scales.doctor.rules import Finding, Rule
 
@@ -58,9 +57,8 @@ def annotation(rule: Rule, file: str | None, message: str) -> str:
     title = escape_property(f"{rule.code} {rule.name}")
     if file is None:
         return f"::{LEVELS[rule.severity]} title={title}::{escape_data(message)}"
-    return (
-        f"::{LEVELS[rule.severity]} file={escape_property(_workspace_path(file))},title={title}::{escape_data(message)}"
-    )
+    path = escape_property(workspace_path(file) or file)
+    return f"::{LEVELS[rule.severity]} file={path},title={title}::{escape_data(message)}"
 
 
 def escape_data(text: str) -> str:
@@ -82,15 +80,6 @@ def _grouped(rule: Rule, findings: list[Finding]) -> str:
         lines.append(f"... and {len(findings) - len(shown)} more (--show-all annotates each)")
     whys = dict.fromkeys(finding.why for finding in findings)
     return "\n".join([*lines, *whys])
-
-
-def _workspace_path(file: str) -> str:
-    """The file relative to the current folder, the workspace GitHub resolves annotations in, where it is in it."""
-    try:
-        relative = os.path.relpath(file)
-    except ValueError:  # on another drive (Windows)
-        return file
-    return file if relative.startswith(os.pardir) else relative
 
 
 def _file(finding: Finding) -> str:

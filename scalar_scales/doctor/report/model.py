@@ -4,9 +4,11 @@ wants them (errors first), their counts, what was checked, the commit read, and 
 from __future__ import annotations
 
 import math
+import os
 from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import NamedTuple, Protocol
 
 from scalar_scales.doctor.diagnosis import Diagnosis
@@ -21,6 +23,7 @@ __all__ = [
     "counted",
     "json_number",
     "with_tensor",
+    "workspace_path",
 ]
 
 SHOWN_PER_RULE = 5
@@ -156,6 +159,16 @@ def with_tensor(finding: Finding, text: str) -> str:
     """``text`` after the finding's tensor, ``tensor: text``, as the annotations and SARIF messages name it (a
     finding about the checkpoint as a whole has no tensor, and ``text`` alone)."""
     return f"{finding.tensor}: {text}" if finding.tensor else text
+
+
+def workspace_path(file: str) -> str | None:
+    """``file`` relative to the current folder (``/``-separated), where it lies under it; None elsewhere. The
+    current folder is the workspace GitHub resolves annotations in and SARIF's ``%SRCROOT%``; ``..`` is resolved
+    first (``os.path.abspath``), so ``check ../ck`` from a subfolder is outside it."""
+    try:
+        return Path(os.path.abspath(file)).relative_to(os.getcwd()).as_posix()
+    except ValueError:  # elsewhere, or on another drive (Windows)
+        return None
 
 
 def json_number(value: float | None) -> float | str | None:

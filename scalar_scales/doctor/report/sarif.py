@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from scalar_scales.doctor.report.model import CheckReport, with_tensor
+from scalar_scales.doctor.report.model import CheckReport, with_tensor, workspace_path
 from scalar_scales.doctor.report.text import summary
 from scalar_scales.doctor.rules import EFFECTS, Finding, Rule
 
@@ -109,13 +109,10 @@ class _Locator:
     def locate(self, file: str) -> tuple[str, str | None]:
         if self.hub is not None:
             return quote(self.report.in_repository(file)), HUB_BASE
-        # abspath, not Path.absolute(): it removes `..`, so `check ../ck` from a subfolder is outside the root
-        path = Path(os.path.abspath(file))
-        try:
-            relative = path.relative_to(os.getcwd())
-        except ValueError:
-            return path.as_uri(), None
-        return quote(relative.as_posix()), SOURCE_ROOT
+        relative = workspace_path(file)
+        if relative is None:
+            return Path(os.path.abspath(file)).as_uri(), None
+        return quote(relative), SOURCE_ROOT
 
     def bases(self) -> dict[str, Any]:
         if self.hub is not None:
