@@ -69,17 +69,14 @@ from scalar_scales.sources.checkpoint import (
     shard_names,
 )
 from scalar_scales.sources.declaration import MODELOPT_CONFIG_NAME
-from scalar_scales.sources.hub_address import HUB_PREFIX, HubAddress, is_hub_address, parse_hub_address
-from scalar_scales.sources.hub_client import DEADLINE_FACTOR, Client, Reply
+from scalar_scales.sources.hub_address import HUB_PREFIX, HubAddress, parse_hub_address
+from scalar_scales.sources.hub_client import Client, Reply
 
 __all__ = [
-    "DEADLINE_FACTOR",
-    "HUB_PREFIX",
     "HubShards",
     "RemoteCheckpoint",
     "coalesce",
     "header_estimate",
-    "is_hub_address",
     "open_hub_checkpoint",
 ]
 
@@ -155,7 +152,6 @@ class HubShards:
         from huggingface_hub import constants, hf_hub_url
 
         self.address = address
-        self.commit = commit
         self._url: Callable[[str], str] = lambda name: hf_hub_url(repo_id, name, revision=commit)
         self.cancelled = threading.Event()
         """Set when a read fails: the others give up at once (:class:`~.hub_client.Client`), so the check's one
