@@ -17,6 +17,7 @@ from scalar_scales_testkit.synthetic import write_synthetic_checkpoint
 
 __all__ = [
     "assert_migrate_refuses",
+    "corrupt_header",
     "holding_the_lock",
     "data_digest",
     "edit_header_text",
@@ -96,6 +97,11 @@ def edit_header_text(path: Path, change: Callable[[str], str]) -> None:
     (length,) = struct.unpack("<Q", raw[:8])
     encoded = change(raw[8 : 8 + length].decode("utf-8")).encode("utf-8")
     path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + raw[8 + length :])
+
+
+def corrupt_header(path: Path) -> None:
+    """Make a shard's header JSON that no reader parses (its second character a ``[``), keeping its length."""
+    edit_header_text(path, lambda text: text[:1] + "[" + text[2:])
 
 
 def processes_running(marker: str) -> list[int]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from scalar_scales_testkit.broken import clean_checkpoint, rewrite_shard
-from scalar_scales_testkit.cli import make_checkpoint, run_cli, shards
+from scalar_scales_testkit.cli import corrupt_header, make_checkpoint, run_cli, shards
 from scalar_scales_testkit.hub_server import HubRepository, client_environment, scatter_scales, serve_hub
 from scalar_scales_testkit.synthetic import write_synthetic_checkpoint
 
@@ -179,9 +179,7 @@ def test_a_broken_shard_ends_the_check_at_once_while_the_others_trickle(tmp_path
     """As found: the error waited for every other shard's read to reach its 60 s deadline."""
     checkpoint = make_checkpoint(tmp_path / "ckpt")
     victim = shards(checkpoint)[-1]
-    raw = bytearray(victim.read_bytes())
-    raw[9] = ord("[")
-    victim.write_bytes(bytes(raw))
+    corrupt_header(victim)
     slow = frozenset(shard.name for shard in shards(checkpoint) if shard != victim)
     repository = HubRepository({"main": checkpoint}, misbehave="trickle-body", misbehave_files=slow)
     start = time.monotonic()

@@ -11,7 +11,7 @@ import pytest
 from scalar_scales.nvfp4 import COMPRESSED_TENSORS_LAYOUT, MODELOPT_LAYOUT
 from scalar_scales.sources import shard_name
 from scalar_scales_testkit.broken import CORPUS, MODELOPT_CORPUS, clean_checkpoint
-from scalar_scales_testkit.cli import make_checkpoint, run_cli, shards
+from scalar_scales_testkit.cli import corrupt_header, make_checkpoint, run_cli, shards
 from scalar_scales_testkit.hub_server import HubRepository, client_environment, serve_hub
 from scalar_scales_testkit.modelopt_exports import copy_of_export
 from scalar_scales_testkit.synthetic import write_synthetic_checkpoint
@@ -111,9 +111,7 @@ def test_a_private_repository_needs_the_token_huggingface_hub_reads(tmp_path):
 def test_a_corrupt_remote_shard_is_one_line_naming_its_address(tmp_path):
     checkpoint = clean_checkpoint(tmp_path / "ckpt")
     victim = shards(checkpoint)[1]
-    raw = bytearray(victim.read_bytes())
-    raw[9] = ord("[")
-    victim.write_bytes(bytes(raw))
+    corrupt_header(victim)
     local, remote, _ = check_both(checkpoint, tmp_path)
     assert remote.returncode == local.returncode == 2
     assert remote.stderr == local.stderr.replace(str(victim), f"hf://org/model/{victim.name}")

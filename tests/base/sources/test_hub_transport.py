@@ -19,7 +19,7 @@ import pytest
 
 from scalar_scales.sources.hub_address import is_hub_address, parse_hub_address
 from scalar_scales_testkit.broken import clean_checkpoint
-from scalar_scales_testkit.cli import make_checkpoint, run_cli, shards
+from scalar_scales_testkit.cli import corrupt_header, make_checkpoint, run_cli, shards
 from scalar_scales_testkit.hub_server import (
     HubRepository,
     client_environment,
@@ -357,9 +357,7 @@ def test_no_progress_where_stderr_is_not_a_terminal(tmp_path):
 def test_an_error_after_progress_starts_on_its_own_line(tmp_path):
     checkpoint = make_checkpoint(tmp_path / "ckpt")
     victim = shards(checkpoint)[-1]
-    raw = bytearray(victim.read_bytes())
-    raw[9] = ord("[")
-    victim.write_bytes(bytes(raw))
+    corrupt_header(victim)
     with serve_hub({"org/model": HubRepository({"main": checkpoint})}) as (endpoint, _):
         code, _, terminal = run_on_a_terminal(["check", "hf://org/model"], client_environment(endpoint, tmp_path))
     assert code == 2
