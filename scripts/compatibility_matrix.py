@@ -21,6 +21,7 @@ import argparse
 import datetime
 import json
 import sys
+import tomllib
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,32 @@ def read_results(folder: Path) -> list[dict[str, Any]]:
     if not rows:
         raise ResultsError(f"{folder}: no results (*.jsonl): did the round-trip tests run?")
     return list(rows.values())
+
+
+def table_releases() -> dict[str, list[tuple[str, str, str]]]:
+    """role -> (environment, package, version) for each release the test command's table runs
+    (scripts/suites.toml): the releases the matrix must show."""
+    table = tomllib.loads((ROOT / "scripts" / "suites.toml").read_text())
+    found: dict[str, list[tuple[str, str, str]]] = defaultdict(list)
+    for name, environment in table["environments"].items():
+        if "release" in environment:
+            package, version = environment["release"].split()
+            found[environment["role"]].append((name, package, version))
+    return found
+
+
+def check_releases(rows: list[dict[str, Any]]) -> None:
+    """The results come from exactly the table's producer releases, and every consumer release of the table
+    recorded some."""
+    releases = table_releases()
+    produced = {r["artifact"]["producer"] for r in rows}
+    expected = {version for _, _, version in releases["producer"]}
+    if produced != expected:
+        raise ResultsError(f"producers {sorted(produced)} in the results, {sorted(expected)} in scripts/suites.toml")
+    for role in ("producer", "vllm", "sglang"):
+        for name, package, version in releases[role]:
+            if not any(r["versions"].get(package) == version for r in rows):
+                raise ResultsError(f"{package} {version} (scripts/suites.toml, {name}): no results recorded")
 
 
 def check_complete(rows: list[dict[str, Any]], schemes: tuple[str, ...]) -> None:
@@ -372,6 +399,7 @@ def main() -> int:
     args = parser.parse_args()
     try:
         rows = read_results(args.results)
+        check_releases(rows)
         current = args.doc.read_text() if args.doc.exists() else ""
         readme = args.readme.read_text()
         guided = with_guide(readme, decision_guide(rows))

@@ -3,7 +3,7 @@
     python3 scripts/upstream_status.py
 
 Standard library only. The tested releases are read from what the tests pin
-(`scripts/envs.sh`) and from the fingerprints recorded in the test
+(`scripts/suites.toml`) and from the fingerprints recorded in the test
 environments (`compressed_tensors_patch/tested_upstream.py`). For
 information: it always exits 0, and says so when the registry cannot be
 reached. README.md ("Following upstream releases") says how to add one.
@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import tomllib
 import urllib.request
 from pathlib import Path
 
@@ -25,8 +26,9 @@ REGISTRY = "https://pypi.org/pypi/{name}/json"
 def tested() -> dict[str, set[str]]:
     """package -> the releases some test environment runs."""
     found: dict[str, set[str]] = {name: set() for name in PACKAGES}
-    specs = "\n".join(re.findall(r"^[A-Z0-9_]+_SPEC=.*$", (ROOT / "scripts" / "envs.sh").read_text(), re.MULTILINE))
-    pins = re.findall(r"([A-Za-z0-9_.-]+)==([0-9][A-Za-z0-9.]*)", specs)
+    table = tomllib.loads((ROOT / "scripts" / "suites.toml").read_text())
+    requirements = [r for e in table["environments"].values() for k in ("install", "no-deps") for r in e.get(k, [])]
+    pins = re.findall(r"([A-Za-z0-9_.-]+)==([0-9][A-Za-z0-9.]*)", " ".join(requirements))
     record = (ROOT / "compressed_tensors_patch" / "tested_upstream.py").read_text()
     labels = re.findall(r'"([A-Za-z0-9_.-]+) ([0-9][A-Za-z0-9.]*)"', record)
     for name, version in [*pins, *labels]:
