@@ -50,6 +50,9 @@ def main() -> int:
     except TableError as error:
         print(f"scripts/suites.toml: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted: every suite still running was ended", file=sys.stderr)
+        return 130
     print("usage: python -m scalar_scales_testkit.proof run|envs ...", file=sys.stderr)
     return 2
 

@@ -5,7 +5,8 @@
 Without pytest arguments everything runs: every suite, the generated docs' checks, the upstream patches'
 checks and the manifest comparison. With them (``-k NAME``), they go to every pytest suite, the rest of that
 kind is left out, and a suite where nothing is selected is reported as skipped. ``--jobs`` is how many suites
-run at once (the machine's cores, at most 2, unless given); ``--fresh`` takes nothing from the cache.
+run at once (the cores this process may run on, at most 2, unless given); ``--fresh`` takes nothing from the
+cache.
 """
 
 from __future__ import annotations
@@ -66,7 +67,10 @@ class Run:
     def commands(self, suite: Suite) -> list[list[str]]:
         python = str(environments.python_of(suite.env))
         if suite.is_pytest:
-            return [[python, "-m", "pytest", "-p", "no:cacheprovider", "-q", *suite.pytest, *self.pytest_args]]
+            # A temporary folder of its own: pytest's shared one is cleaned by whichever run starts next.
+            basetemp = self.work / "tmp" / str(self.table.suites.index(suite))
+            options = ["-p", "no:cacheprovider", "-q", f"--basetemp={basetemp}"]
+            return [[python, "-m", "pytest", *options, *suite.pytest, *self.pytest_args]]
         values = {
             "artifacts": str(self.work / "artifacts"),
             "results": str(self.work / "results"),
@@ -221,7 +225,7 @@ def summary(run: Run, suites: tuple[Suite, ...], outcomes: dict[str, Outcome], e
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/test.sh", description=__doc__.split("\n")[0], add_help=False)
-    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--jobs", type=int, default=min(2, len(os.sched_getaffinity(0))))
     parser.add_argument("--fresh", action="store_true")
     parser.add_argument("--help-runner", action="help")
     ours, pytest_args = parser.parse_known_args(argv)
@@ -238,14 +242,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== {len(suites)} suites over {ours.jobs} lanes; work folder {work}")
         outcomes = run_graph(nodes, max(1, ours.jobs), work / "logs", _printer(run))
         elapsed = time.monotonic() - started
-        measured = {s.name: round(outcomes[s.name].seconds, 1) for s in suites if outcomes[s.name].status == "passed"}
+        measured = {
+            s.name: round(outcomes[s.name].seconds, 1)
+            for s in suites
+            if outcomes[s.name].status == "passed" and not run.cached.get(s.name, "").startswith("reused")
+        }
         if measured and not run.pytest_args:
+            previous = json.loads(TIMINGS.read_text()) if TIMINGS.is_file() else {}
             TIMINGS.parent.mkdir(parents=True, exist_ok=True)
-            TIMINGS.write_text(
-                json.dumps({**json.loads(TIMINGS.read_text() or "{}"), **measured}, indent=1)
-                if TIMINGS.is_file()
-                else json.dumps(measured, indent=1)
-            )
+            TIMINGS.write_text(json.dumps({**previous, **measured}, indent=1))
         print("\n".join(summary(run, suites, outcomes, elapsed)))
         failed = [n for n, o in outcomes.items() if o.status in ("failed", "not run")]
         if full:
