@@ -14,12 +14,19 @@ What the CPU lacks is answered here, and only that:
   published config has both), and a YaRN of factor 1 as ``rope_scaling``:
   SGLang's CPU rotary embedding is DeepSeek's YaRN only. They go in through
   SGLang's own ``json_model_override_args``.
+
+One process may load one artifact after another: ``unload`` takes down what
+``load_model`` set up (SGLang's model-parallel groups and distributed
+environment, its published configuration), and ``nothing_loaded`` says
+whether the process is back as it was before the first load.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +39,8 @@ __all__ = [
     "fused_scales_on_disk",
     "load_model",
     "loaded_parameter",
+    "nothing_loaded",
+    "unload",
     "with_kv_a_scale_doubled",
 ]
 
@@ -106,6 +115,39 @@ def load_model(artifact: Path, *, port: int) -> Any:
         model_config=ModelConfig.from_server_args(server_args),
         load_config=LoadConfig(load_format="auto"),
         device_config=DeviceConfig("cpu"),
+    )
+
+
+def unload() -> None:
+    """Take down what ``load_model`` set up, as SGLang takes an engine down: its model-parallel groups
+    (``destroy_model_parallel``), its world group and torch's process group (``destroy_distributed_environment``),
+    the configuration it published (``reset_context``); then collect what no longer has a reference (the model,
+    once its caller has let it go). What holds for every load (the platform gates) stays."""
+    from sglang.srt.distributed import parallel_state
+    from sglang.srt.runtime_context import reset_context
+
+    try:
+        parallel_state.destroy_model_parallel()
+        parallel_state.destroy_distributed_environment()
+    finally:
+        reset_context()
+        gc.collect()
+
+
+def nothing_loaded() -> bool:
+    """Whether this process holds none of what ``load_model`` sets up: no torch process group, no SGLang world
+    or model-parallel group, no published configuration."""
+    if "sglang.srt.distributed.parallel_state" not in sys.modules:
+        return True
+    import torch.distributed
+    from sglang.srt import runtime_context
+    from sglang.srt.distributed import parallel_state
+
+    return (
+        not torch.distributed.is_initialized()
+        and parallel_state._WORLD is None
+        and not parallel_state.model_parallel_is_initialized()
+        and runtime_context._CONTEXT._server_args is None
     )
 
 

@@ -1,8 +1,15 @@
 """Fixtures for loading the round trip's MLA toys with SGLang's own model loader (sglang environment).
 
-Each load runs in its own process (load_artifact.py), as SGLang's scheduler
-loads a model in its own, through ``get_model`` on the CPU
-(``scalar_scales_testkit.sglang_cpu`` says what the CPU is given). The
+Loads run in loader processes (load_artifact.py ``--serve``), as SGLang's
+scheduler loads a model in a process of its own, through ``get_model`` on the
+CPU (``scalar_scales_testkit.sglang_cpu`` says what the CPU is given). What a
+load shares with the next in one process is what is process-global, so there
+is one loader process per set of it: with the plugin loaded or not (SGLang
+loads plugins once per process, and the patch acts at import) and the
+environment (which holds the ``PYTHONPATH`` of a patched SGLang). Between two
+loads the process takes down what the first set up, and each load's log is
+its own (``scalar_scales_testkit.worker``); a test whose claim is about a
+process's first load asks for a process of its own. The
 artifacts are the DeepSeek-V3 and GLM-4-MoE-Lite toys' (``scalar_scales_testkit.toys``)
 as SGLang serves those models, ``kv_b_proj`` in bf16 (scripts/make_artifacts.py
 ``--ignore``; scripts/test.sh writes them under toys/NAME-sglang), written by
@@ -11,12 +18,11 @@ compressed-tensors 0.19.0.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
 import sys
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -28,6 +34,7 @@ pytest.importorskip("sglang.srt", reason="SGLang tests run in the sglang environ
 from scalar_scales_testkit.roundtrip import Artifact, Result, artifacts_root, installed_versions  # noqa: E402
 from scalar_scales_testkit.sglang_cpu import MLA_A_PROJECTIONS, MODELS  # noqa: E402
 from scalar_scales_testkit.vllm_layers import free_port  # noqa: E402
+from scalar_scales_testkit.worker import Worker, Workers  # noqa: E402
 
 LOAD = Path(__file__).with_name("load_artifact.py")
 PRODUCER = "0.19.0"
@@ -46,20 +53,52 @@ def artifact() -> Callable[[str, str], Path]:
     return lambda toy, form: artifacts_root() / "toys" / f"{toy}-sglang" / f"ct-{PRODUCER}" / f"{SCHEME}-{form}"
 
 
+def _loader(workers: Workers, plugins: bool, env: dict[str, str] | None, *, own: bool) -> Worker:
+    """The loader process of that plugin setting and environment, pytest's name of the running test aside (it
+    changes with every test, and only test utilities read it)."""
+    command = [sys.executable, str(LOAD), "--serve", *(["--plugins"] if plugins else [])]
+    inherited = {key: value for key, value in os.environ.items() if key != "PYTEST_CURRENT_TEST"}
+    environment = {**inherited, "OMP_NUM_THREADS": "1", **(env or {})}
+    return workers.own(command, environment) if own else workers.shared(command, environment)
+
+
+def _load_in(worker: Worker, path: Path) -> dict[str, Any]:
+    reply = worker.request({"artifact": str(path), "port": free_port()}, timeout=600)
+    if reply.retried_after:  # a load that ends a process only after others is state they leave: say so
+        warnings.warn(f"{path}: loaded again in a new process: {reply.retried_after}", stacklevel=2)
+    assert reply.failure is None and reply.result is not None, f"{reply.failure}\n{reply.log[-3000:]}"
+    return {**reply.result, "log": reply.log, "process": reply.pid, "loads_before": reply.served_before}
+
+
 @pytest.fixture(scope="session")
-def load() -> Callable[..., dict[str, Any]]:
+def loaders() -> Iterator[Workers]:
+    """The session's loader processes, all ended when it ends."""
+    with Workers() as workers:
+        yield workers
+
+
+@pytest.fixture(scope="session")
+def load(loaders: Workers) -> Callable[..., dict[str, Any]]:
     """``load(path, plugins=False, env={})``: what SGLang did with the artifact, as load_artifact.py prints it,
-    and its log as ``log``."""
+    and its log as ``log``; loaded in the session's loader process of that plugin setting and environment,
+    named as ``process``, after its ``loads_before`` loads."""
+    return lambda path, plugins=False, env=None: _load_in(_loader(loaders, plugins, env, own=False), path)
 
-    def run(path: Path, plugins: bool = False, env: dict[str, str] | None = None) -> dict[str, Any]:
-        command = [sys.executable, str(LOAD), str(path), str(free_port()), *(["--plugins"] if plugins else [])]
-        environment = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-        done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=environment)
-        lines = done.stdout.strip().splitlines()
-        assert done.returncode == 0 and lines, done.stderr[-3000:]
-        return {**json.loads(lines[-1]), "log": done.stderr}
 
-    return run
+@pytest.fixture
+def loader_process(loaders: Workers) -> Iterator[Callable[..., Callable[[Path], dict[str, Any]]]]:
+    """``loader_process(plugins=False, env={})``: ``load`` in a new loader process of the test's own, told to end
+    after the test (and waited for with the session's); its first load is the process's first, and its log
+    begins with what the process wrote as it started."""
+    started: list[Worker] = []
+
+    def start(plugins: bool = False, env: dict[str, str] | None = None) -> Callable[[Path], dict[str, Any]]:
+        started.append(worker := _loader(loaders, plugins, env, own=True))
+        return lambda path: _load_in(worker, path)
+
+    yield start
+    for worker in started:
+        worker.close(wait=False)
 
 
 @pytest.fixture(scope="session")

@@ -1,13 +1,22 @@
-"""Load one artifact with SGLang's ``get_model`` in this process; print what happened as one JSON line.
+"""Load artifacts with SGLang's ``get_model`` in this process, as SGLang's scheduler loads a model in its own.
 
     python tests/sglang_loading/load_artifact.py ARTIFACT PORT [--plugins]
+    python tests/sglang_loading/load_artifact.py --serve [--plugins]
+
+The first loads one artifact and prints what happened as one JSON line. The
+second is the tests' loader process (``scalar_scales_testkit.worker``): it
+loads each artifact it is asked for (``{"artifact": PATH, "port": PORT}``),
+answers with that line's object, and between loads takes down what a load
+set up (``scalar_scales_testkit.sglang_cpu.unload``), so that each load finds
+the process as the first did; where it cannot, it says so and exits.
 
 ``--plugins`` first runs SGLang's own ``load_plugins()`` as its scheduler
-does: after the scheduler's imports have imported the model loader, and
-before it configures logging. So the plugin is found through its entry point
-(and ``SGLANG_PLUGINS`` applies). The line holds ``loaded``, ``error`` (type and message, as SGLang
-raised it) and, once loaded, the fused MLA a-projection's scales of each
-layer, what the plugin patched, and where the ``sglang`` imported lies.
+does, once, at the start of the process: after the scheduler's imports have
+imported the model loader, and before it configures logging. So the plugin
+is found through its entry point (and ``SGLANG_PLUGINS`` applies). The line
+holds ``loaded``, ``error`` (type and message, as SGLang raised it) and, once
+loaded, the fused MLA a-projection's scales of each layer, what the plugin
+patched, and where the ``sglang`` imported lies.
 """
 
 from __future__ import annotations
@@ -18,15 +27,18 @@ import warnings
 from pathlib import Path
 
 
-def main() -> None:
-    warnings.filterwarnings("ignore")
-    artifact, port = Path(sys.argv[1]), int(sys.argv[2])
-    if "--plugins" in sys.argv[3:]:
+def start(plugins: bool) -> None:
+    """What the process does once, before its first load."""
+    if plugins:
         # The scheduler's imports have imported the model loader by the time it loads plugins.
         import sglang.srt.model_loader.loader  # noqa: F401
         from sglang.srt.plugins import load_plugins
 
         load_plugins()
+
+
+def load(artifact: Path, port: int) -> dict[str, object]:
+    """What SGLang did with ``artifact``: the JSON line's object."""
     import sglang
 
     from scalar_scales_testkit.sglang_cpu import FUSED, GLOBAL_SCALES, load_model, loaded_parameter
@@ -48,7 +60,32 @@ def main() -> None:
     import sglang_patch
 
     result["patched"] = sglang_patch.is_applied()
-    print(json.dumps(result))
+    return result
+
+
+def reset() -> bool:
+    """Take down what the last load set up; whether the process is as it was before its first load."""
+    from scalar_scales_testkit.sglang_cpu import nothing_loaded, unload
+
+    unload()
+    return nothing_loaded()
+
+
+def main() -> None:
+    warnings.filterwarnings("ignore")
+    args = sys.argv[1:]
+    plugins = "--plugins" in args
+    if "--serve" in args:
+        from scalar_scales_testkit.worker import serve
+
+        serve(
+            lambda request: load(Path(request["artifact"]), int(request["port"])),
+            start=lambda: start(plugins),
+            reset=reset,
+        )
+        return
+    start(plugins)
+    print(json.dumps(load(Path(args[0]), int(args[1]))))
 
 
 if __name__ == "__main__":

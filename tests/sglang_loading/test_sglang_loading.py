@@ -71,8 +71,11 @@ def test_with_the_plugin_differing_fused_global_scales_are_a_named_error(load, a
     )
 
 
-def test_the_plugin_is_found_through_sglang_s_entry_point_and_says_what_it_patched_in_one_line(observed):
-    found = observed("deepseek-v3", "format2", plugins=True)
+def test_the_plugin_is_found_through_sglang_s_entry_point_and_says_what_it_patched_in_one_line(
+    loader_process, artifact
+):
+    """The plugin writes its line once per process, at its first load: a loader process of this test's own."""
+    found = loader_process(plugins=True)(artifact("deepseek-v3", "format2"))
     lines = [line for line in found["log"].splitlines() if "scalar-scales:" in line]
     assert found["patched"] and len(lines) == 1
     assert lines[0].endswith(
