@@ -1,7 +1,8 @@
 """Shared by every test folder: the toy model's fixed prompts and bf16 logits.
 
-``bf16_dir`` comes from each folder's own conftest (the producer tests build
-the toy, the round trip reads the one the producer environment wrote);
+``bf16_dir`` comes from each folder's own conftest (the producer tests take
+the toy the run's artifacts suite wrote, or build it where pytest runs alone;
+the round trip reads the one the producer environment wrote);
 ``device`` is the CPU unless a folder overrides it (tests/gpu).
 
 Generated examples are the same on every run (hypothesis derandomized): CI

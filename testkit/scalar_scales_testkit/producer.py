@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import compressed_tensors
 import torch
 from llmcompressor import oneshot
 from llmcompressor.entrypoints.model_free import model_free_ptq
@@ -20,7 +24,9 @@ import compressed_tensors_patch
 from compressed_tensors_patch import toy_moe
 
 __all__ = [
+    "RUN_SAVE_PATH",
     "SAVE_PATH_CASES",
+    "RunArtifacts",
     "cosine",
     "differing",
     "load_and_run",
@@ -30,6 +36,7 @@ __all__ = [
     "max_relative_difference",
     "migrated_copy",
     "quantize_to",
+    "run_artifacts",
 ]
 
 SAVE_PATH_CASES: list[tuple[str, str]] = [
@@ -40,6 +47,68 @@ SAVE_PATH_CASES: list[tuple[str, str]] = [
     ("NVFP4A16", "model_free"),
 ]
 """(scheme, save path) pairs: the model-free path cannot calibrate activations, so it has no NVFP4 (W4A4) artifact."""
+
+RUN_SAVE_PATH = "output_dir"
+"""The save path scripts/make_artifacts.py writes the round trip's artifacts through (``oneshot(output_dir=...)``).
+Measured: ``quantize_to(..., save_path="output_dir")`` writes every file of them byte for byte, in each producer
+environment; ``save_pretrained`` writes the same config, weights and recipe, without the tokenizer's files."""
+
+PRODUCER_PACKAGES = ("torch", "transformers", "compressed-tensors", "llmcompressor")
+"""The versions scripts/make_artifacts.py records in ``ct-<version>/producer.json``."""
+
+_TOY_FIELDS = (
+    "model_type",
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "num_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "tie_word_embeddings",
+)
+
+
+@dataclass(frozen=True)
+class RunArtifacts:
+    """What scripts/make_artifacts.py wrote in this environment this run: the toy in bf16 (``ARTIFACTS/bf16``) and
+    its NVFP4 presets quantized from it (``ARTIFACTS/ct-<compressed-tensors version>/<scheme>-<form>``), each
+    through ``RUN_SAVE_PATH``. Other suites read them at the same time: read only."""
+
+    bf16: Path
+    producer: Path
+
+    def folder(self, scheme: str, *, patched: bool) -> Path | None:
+        """The artifact of ``scheme``, format 2 or legacy, when the run wrote it."""
+        path = self.producer / f"{scheme}-{'format2' if patched else 'legacy'}"
+        return path if scheme in toy_moe.SCHEMES and (path / "config.json").is_file() else None
+
+    def folders(self) -> list[Path]:
+        """``bf16`` and every artifact the run wrote that ``folder`` hands out."""
+        found = [self.folder(scheme, patched=patched) for scheme in toy_moe.SCHEMES for patched in (False, True)]
+        return [self.bf16, *(path for path in found if path is not None)]
+
+
+def run_artifacts() -> RunArtifacts | None:
+    """The artifacts the test command's run wrote here (``SCALAR_SCALES_ARTIFACTS``), where it holds this
+    environment's: ``bf16`` is the toy Qwen3-MoE, and ``ct-<compressed-tensors version>/producer.json`` names the
+    versions installed here. None otherwise (a developer's pytest, another toy): the tests quantize themselves."""
+    root = os.environ.get("SCALAR_SCALES_ARTIFACTS")
+    if not root:
+        return None
+    bf16, producer = Path(root) / "bf16", Path(root) / f"ct-{compressed_tensors.__version__}"
+    if not (bf16 / "model.safetensors").is_file() or not (producer / "producer.json").is_file():
+        return None
+    on_disk, toy = json.loads((bf16 / "config.json").read_text()), toy_moe.toy_config().to_dict()
+    if any(on_disk.get(name) != toy.get(name) for name in _TOY_FIELDS):
+        return None
+    written_by = json.loads((producer / "producer.json").read_text())
+    if any(written_by.get(package) != metadata.version(package) for package in PRODUCER_PACKAGES):
+        return None
+    return RunArtifacts(bf16, producer)
 
 
 @contextlib.contextmanager

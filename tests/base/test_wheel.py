@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+
+from scalar_scales_testkit.publishing import project_wheel
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = {"scalar_scales", "compressed_tensors_patch", "vllm_patch", "sglang_patch"}
@@ -27,16 +28,10 @@ print(len(names), "modules;", "torch" if "torch" in sys.modules else "no torch",
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel, built from a copy of the project's files (a build writes build/ beside its sources)."""
-    source, out = tmp_path_factory.mktemp("source"), tmp_path_factory.mktemp("wheel")
-    shutil.copy2(ROOT / "pyproject.toml", source)
-    shutil.copy2(ROOT / "README.md", source)
-    for package in PRODUCT:
-        shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
-    build = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(out)]
-    subprocess.run([*build, str(source)], check=True, capture_output=True)
-    (built,) = out.glob("scalar_scales-*.whl")
-    return built
+    """The wheel the test command built once ($SCALAR_SCALES_WHEEL, scripts/build_wheel.py), or one built here the
+    same way: from a copy of the project's files as git takes them (a build writes build/ beside its sources), so
+    the test kit is there beside the product packages and pyproject.toml's package list leaves it out."""
+    return project_wheel(tmp_path_factory.mktemp("wheel"))
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,9 @@ action's checkout), ``GITHUB_OUTPUT`` (a file of the step's own, whose ``NAME=VA
 ``GITHUB_ENV`` (a file whose lines set every later step's environment; the Action writes none) and
 ``RUNNER_TEMP``. :func:`run_step` does the same. `uses` steps (actions/setup-python) are GitHub's to run: the
 Python it would give is this one, which makes the Action's virtual environment. The action's checkout is a copy of
-the project's files as they are on disk.
+the project's files as they are on disk. The install step is given the project's wheel as its `package` (built once
+per run, scripts/build_wheel.py); the default `package`, that checkout, is built from source once, for a Hub page
+address.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import yaml
 
 from scalar_scales_testkit.broken import clean_checkpoint
 from scalar_scales_testkit.cli import make_checkpoint
-from scalar_scales_testkit.publishing import PROJECT, broken_checkpoint, project_snapshot
+from scalar_scales_testkit.publishing import PROJECT, broken_checkpoint, project_snapshot, project_wheel
 
 ACTION = yaml.safe_load((PROJECT / "action.yml").read_text())
 EXPRESSION = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
@@ -105,10 +107,12 @@ def new_runner(root: Path, action: Path) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def runner(tmp_path_factory) -> dict[str, Any]:
-    """A runner on which the install step has run (with the default inputs): scalar-scales in its own venv."""
+    """A runner on which the install step has run, its `package` the project's wheel (a pip requirement: the wheel
+    the test command built once, $SCALAR_SCALES_WHEEL, or one built here): scalar-scales in its own venv. The
+    default `package`, the action's own checkout, is installed from source by ``page_address_install``."""
     root = tmp_path_factory.mktemp("runner")
     runner = new_runner(root, project_snapshot(root / "action"))
-    installed = run_step(INSTALL, {}, runner)
+    installed = run_step(INSTALL, {"package": str(project_wheel(root / "wheel"))}, runner)
     assert installed.returncode == 0, installed.stdout + installed.stderr
     runner["first install"] = runner["outputs"]["install"]
     return runner
@@ -119,7 +123,10 @@ def page_address_install(runner) -> dict[str, Any]:
     """The install step run a second time in the job, for a Hub repository's page address, with pip told (by its
     own environment variables) to install no dependency (the extra's would be fetched) and to report what it
     installed: which requirement, with which extras. The build backend's own install (setuptools, which has no
-    dependency) is told the same, and writes the report first; the Action's install overwrites it."""
+    dependency) is told the same, and writes the report first; the Action's install overwrites it.
+
+    `package` is the default here: the action's own checkout, a folder pip builds from source. This is the one
+    install of the project from a source path, on purpose (``runner`` installs the wheel)."""
     report = runner["temp"] / "pip-report.json"
     second_use = {**runner, "outputs": {}}  # the same runner and job; the steps' outputs are the second use's
     installed = run_step(
@@ -155,20 +162,23 @@ def test_every_input_reaches_a_script_only_through_env():
     assert used == set(ACTION["inputs"])
 
 
-def test_the_install_step_installs_the_actions_own_checkout_in_a_venv_of_its_own(runner):
+def test_the_install_step_installs_the_actions_own_checkout_in_a_venv_of_its_own(runner, page_address_install):
     """The package is not on the registry: the default installs the checkout `uses: ...@REF` names, not into the
-    workflow's Python."""
-    bin_dir = Path(runner["first install"]["bin"])
-    assert bin_dir.parent.parent == runner["temp"]
-    where = subprocess.run(
-        [bin_dir / "python", "-c", "import scalar_scales; print(scalar_scales.__file__)"],
-        cwd=runner["temp"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert Path(where.stdout.strip()).is_relative_to(bin_dir.parent)
-    assert not (bin_dir / "torch").exists()
+    workflow's Python; so does a `package` given (the wheel, in ``runner``)."""
+    (requested,) = page_address_install["report"]["install"]
+    assert requested["download_info"]["url"] == runner["action"].as_uri()
+    assert "dir_info" in requested["download_info"]
+    for bin_dir in (Path(runner["first install"]["bin"]), Path(page_address_install["outputs"]["bin"])):
+        assert bin_dir.parent.parent == runner["temp"]
+        where = subprocess.run(
+            [bin_dir / "python", "-c", "import scalar_scales; print(scalar_scales.__file__)"],
+            cwd=runner["temp"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert Path(where.stdout.strip()).is_relative_to(bin_dir.parent)
+        assert not (bin_dir / "torch").exists()
 
 
 def test_the_install_step_gives_its_bin_folder_as_a_step_output_and_sets_no_job_environment(runner):

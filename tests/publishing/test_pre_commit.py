@@ -3,6 +3,8 @@
 pre-commit builds the hook's environment from a git repository at a commit, as it does for users: here, a commit
 of the checkout's files as they are on disk (``project_snapshot``), so the test checks what is being changed. Its
 environments are cached in one folder for the module (the first build pip-installs the project, a few seconds).
+These tests install the project from source on purpose, not the run's wheel: pre-commit installs a Python hook
+with ``pip install .`` in the hook's repository, and `try-repo` does so each time, in a store of its own.
 The configuration users copy is docs/ci.md's own snippet, with its ``repo`` and ``rev`` pointed at the snapshot.
 """
 
