@@ -40,7 +40,7 @@ import sys
 import time
 from pathlib import Path
 
-from scalar_scales_testkit.engine import KV_CACHE_BYTES, engine_environment, parallel_arguments
+from scalar_scales_testkit.engine import KV_CACHE_BYTES, engine_arguments, engine_environment
 
 PROMPTS = [[5 + i, 6 + i, 7 + i, 8 + i] for i in range(4)]
 RESULT = "serve_cpu result: "
@@ -66,7 +66,7 @@ def one(model: str, dtype: str, tokens: int, tensor_parallel: int, linear: str) 
         max_num_seqs=4,
         enforce_eager=True,
         kv_cache_memory_bytes=KV_CACHE_BYTES,
-        **parallel_arguments(tensor_parallel),
+        **engine_arguments(tensor_parallel),
     )
     started = time.perf_counter() - start
     params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)

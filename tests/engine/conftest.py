@@ -1,8 +1,10 @@
 """Fixtures for serving the round trip's artifacts with vLLM's engine on the CPU (serving environment).
 
-Each engine runs in its own process (serve_artifact.py), as `vllm serve`
-would, with the plugin discovered through its entry point. Engines run in
-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`) in bf16, and one run uses a
+Engines run in serving processes (serve_artifact.py), never in the test
+process, as `vllm serve` would, with the plugin discovered through its entry
+point; a serving process serves one request after another, each in a new
+``vllm.LLM`` (the ``serve`` fixture says which requests share one, and why). Engines run
+in process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`) in bf16, and one run uses a
 worker process in float32, to show the plugin acts in the worker.
 """
 
@@ -10,9 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
 import subprocess
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,19 +78,123 @@ def reference() -> Callable[..., list[list[list[float]]]]:
     return load
 
 
+class EngineProcess:
+    """One serving process (serve_artifact.py): a request in on its stdin, ``{"ok": ..., "pid": ...}`` back on its
+    stdout. It exits after a request whose engine failed, so that no half-built engine is left to the next."""
+
+    def __init__(self, environment: dict[str, str], log: Path) -> None:
+        self.served = 0
+        with open(log, "w") as output:  # what the process prints outside its requests
+            self.process = subprocess.Popen(
+                [sys.executable, str(SERVE)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=output,
+                env=environment,
+                text=True,
+            )
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def serve(self, request: dict[str, Any], timeout: float = 600) -> tuple[int, bool]:
+        """Serve ``request``: its exit status as a process of its own would have had it (0 once it answers ok, or
+        the status this process ends with: 1 after an engine that failed, the signal's after a crash), and
+        whether the process answered at all."""
+        assert self.process.stdin is not None
+        self.served += 1
+        try:
+            self.process.stdin.write(json.dumps(request) + "\n")
+            self.process.stdin.flush()
+        except BrokenPipeError:  # it ended since it was last asked
+            return self.process.wait(), False
+        answer = self._answer(timeout)
+        if answer is not None and answer["ok"]:
+            return 0, True
+        try:
+            return self.process.wait(timeout=120), answer is not None
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait(), answer is not None
+
+    def _answer(self, timeout: float) -> dict[str, Any] | None:
+        """The answer line, or None where the process ended without one (a child it left may hold the pipe)."""
+        assert self.process.stdout is not None
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.process.stdout, selectors.EVENT_READ)
+            while time.monotonic() < deadline:
+                ended = self.process.poll() is not None
+                if selector.select(timeout=0 if ended else 1.0):
+                    line = self.process.stdout.readline()
+                    return json.loads(line) if line else None
+                if ended:
+                    return None
+        self.process.kill()
+        self.process.wait()
+        raise subprocess.TimeoutExpired(self.process.args, timeout)
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
 @pytest.fixture(scope="session")
-def serve(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Served]:
+def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Served]]:
     """``serve(model, dtype=..., multiprocessing=..., compiled=..., tensor_parallel=..., expert_parallel=...,
     prompts=..., max_num_seqs=..., tokenizer=..., run=..., **env)``: greedy tokens, prompt log-probs, log.
 
     Tensor parallelism runs vLLM's multiprocess executor, a worker process
     per rank, each bound to one of the machine's two cores. ``prompts``
     defaults to the round trip's two; ``max_num_seqs=1`` serves them one at
-    a time, never batched. Serves are cached by their arguments: another
-    ``run`` number serves the same arguments again, in a new process.
+    a time, never batched. Serves are cached by their arguments: the same
+    arguments are served once. Each serve has a log of its own (everything
+    its engine and that engine's worker processes printed) and the id of
+    the process that served it.
+
+    Serves share a serving process, each in a new ``vllm.LLM`` deleted after
+    it, where nothing the tests claim needs a process of its own; a process
+    is kept for each
+    - set of environment variables (``**env``, and what
+      ``engine_environment`` derives from ``multiprocessing`` and the
+      parallel layout): vLLM and the plugin read them when they are imported
+      (``SCALAR_SCALES_NVFP4_EMULATION=0``, ``VLLM_PLUGINS``,
+      ``VLLM_ENABLE_V1_MULTIPROCESSING``, the cores the ranks are bound to);
+    - ``multiprocessing`` flag and parallel layout (tensor parallel size,
+      expert parallelism): their engines start vLLM's engine-core and
+      worker processes from the serving process, which tests compare pids
+      with (the worker did the work) and count ranks in; they never share a
+      process with in-process engines;
+    - ``run`` number: "the same artifact gives the same tokens run after
+      run" (test_reproducibility.py) compares runs made in different
+      processes, so another ``run`` serves the same arguments again in
+      another process.
+    A process that served an engine which failed to start (or crashed)
+    ends, and the next serve of its kind starts a new one, as
+    scripts/check_evidence.py's ``serve_from`` restarts after a failure. A
+    process that dies in a serve after serving others is not taken at its
+    word: the serve runs again, first in a new process, so that a serve
+    fails only where it would in a process of its own.
     """
     cache: dict[tuple[Any, ...], Served] = {}
+    processes: dict[tuple[Any, ...], EngineProcess] = {}
     root = tmp_path_factory.mktemp("served")
+    started = 0
+
+    def process_for(kind: tuple[Any, ...], environment: dict[str, str]) -> EngineProcess:
+        nonlocal started
+        process = processes.get(kind)
+        if process is None or not process.alive():
+            process = processes[kind] = EngineProcess(environment, root / f"process-{started}.log")
+            started += 1
+        return process
 
     def run(
         model: Path,
@@ -107,37 +215,39 @@ def serve(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Served]:
         requests = (json.dumps(prompts), max_num_seqs, str(tokenizer), run)
         key = (str(model), dtype, multiprocessing, compiled, parallel, requests, tuple(sorted(env.items())))
         if key not in cache:
-            out = root / f"{len(cache)}.json"
-            command = [
-                sys.executable,
-                str(SERVE),
-                str(model),
-                str(out),
-                "--dtype",
-                dtype,
-                "--prompts",
-                json.dumps(prompts),
-                "--tensor-parallel-size",
-                str(tensor_parallel),
-                "--max-num-seqs",
-                str(max_num_seqs),
-                *(["--tokenizer", str(tokenizer)] if tokenizer is not None else []),
-                *(["--compiled"] if compiled else []),
-                *(["--expert-parallel"] if expert_parallel else []),
-            ]
+            out, log = root / f"{len(cache)}.json", root / f"{len(cache)}.log"
+            kind = (tuple(sorted(env.items())), multiprocessing, parallel, run)
             environment = {**os.environ, **engine_environment(tensor_parallel, multiprocessing=multiprocessing), **env}
-            result = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=600)
-            produced = json.loads(out.read_text()) if result.returncode == 0 else {}
+            request = {
+                "model": str(model),
+                "out": str(out),
+                "log": str(log),
+                "dtype": dtype,
+                "prompts": prompts,
+                "max_tokens": 16,
+                "compiled": compiled,
+                "tensor_parallel": tensor_parallel,
+                "expert_parallel": expert_parallel,
+                "max_num_seqs": max_num_seqs,
+                "tokenizer": str(tokenizer) if tokenizer is not None else None,
+            }
+            process = process_for(kind, environment)
+            returncode, answered = process.serve(request)
+            if not answered and process.served > 1:  # it died after other requests: serve this one as its first
+                returncode, answered = process_for(kind, environment).serve(request)
+            produced = json.loads(out.read_text()) if returncode == 0 else {}
             cache[key] = Served(
-                result.returncode,
-                result.stdout + result.stderr,
+                returncode,
+                log.read_text(errors="replace") if log.exists() else "",
                 produced.get("pid"),
                 produced.get("tokens", []),
                 produced.get("centred_logprobs", []),
             )
         return cache[key]
 
-    return run
+    yield run
+    for process in processes.values():
+        process.close()
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,8 @@
 """The emulation is reproducible: the same artifact gives the same tokens run after run, and one request at a
 time gives the batched tokens, wherever vLLM's own kernels do.
 
-Four prompts, 16 greedy tokens each, every serve a new process. Compressed-tensors artifacts run in float32,
+Four prompts, 16 greedy tokens each, each run in a process of its own (the ``serve`` fixture keeps a process
+for each ``run`` number). Compressed-tensors artifacts run in float32,
 as the non-reproducibility was reported; ModelOpt NVFP4 runs in bf16, one of the two dtypes vLLM's config
 takes for it (test_modelopt.py). Both the Qwen3-MoE toy and ModelOpt's export of it gave the batched tokens
 one request at a time in bf16 too (measured by hand, 4 prompts): the emulation itself is batch-invariant,
