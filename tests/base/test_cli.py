@@ -3,17 +3,23 @@ torch in the tool itself."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import sys
+import warnings
 
 import pytest
 
+import scalar_scales.cli
 from scalar_scales import __version__
 from scalar_scales.cli import main
+from scalar_scales_testkit.cli import make_checkpoint, run_cli, run_cli_in_process
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
+    """The command in a process of its own, as a user runs it (``python -m scalar_scales``)."""
     return subprocess.run([sys.executable, "-m", "scalar_scales", *args], capture_output=True, text=True)
 
 
@@ -43,7 +49,7 @@ def test_the_cli_imports_no_torch():
 
 def refusal(*args: str) -> str:
     """The one line a refused command line prints, having printed nothing else and exited 2."""
-    result = run(*args)
+    result = run_cli_in_process(*args)
     assert (result.returncode, result.stdout, len(result.stderr.splitlines())) == (2, "", 1), result
     return result.stderr.strip()
 
@@ -90,3 +96,68 @@ def test_an_unknown_command_like_no_other_is_refused_naming_the_commands():
 
 def test_an_extra_argument_is_refused():
     assert "unrecognized argument 'Y'" in refusal("check", "X", "Y")
+
+
+# The test kit's in-process runner, which most tests of what the command decides use: what a process gives.
+
+
+def test_the_command_run_in_this_process_gives_what_its_own_process_gives(tmp_path):
+    """Exit code, stdout and stderr alike, for a report in each format, a migration, refusals and a usage error,
+    each run on its own copy (run from a folder of its own, whose name is the one difference); and the process is
+    left as it was: its handlers, environment, folder, arguments, streams and warnings filters."""
+    folders = {runner: tmp_path / runner.__name__ for runner in (run_cli_in_process, run_cli)}
+    for folder in folders.values():
+        make_checkpoint(folder / "ckpt")
+    commands = [
+        ("check", "ckpt"),
+        ("check", "ckpt", "--json", "--list"),
+        ("check", "ckpt", "--output-format", "sarif"),
+        ("check", "ckpt", "--output-format", "github", "--show-all"),
+        ("check", "absent"),
+        ("check", "ckpt", "--sh"),
+        ("rule", "NV101"),
+        ("migrate", "ckpt", "--dry-run"),
+        ("migrate", "ckpt"),
+        ("migrate", "ckpt", "--json"),
+        ("migrate", "ckpt/", "--to", "legacy"),
+        ("chek",),
+        ("--help",),
+        (),
+    ]
+    state = lambda: (  # noqa: E731
+        {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE)},
+        dict(os.environ),
+        os.getcwd(),
+        sys.argv,
+        (sys.stdout, sys.stderr),
+        warnings.filters[:],
+    )
+    before = state()
+    for command in commands:
+        results = []
+        for runner, folder in folders.items():
+            result = runner(*command, env={"SCALAR_SCALES_PORTABLE": "1"}, cwd=folder)
+            results.append(
+                (result.returncode, *(text.replace(str(folder), "FOLDER") for text in (result.stdout, result.stderr)))
+            )
+            assert state() == before, command
+        assert results[0] == results[1], command
+
+
+def test_the_in_process_runner_refuses_what_only_a_process_reads_and_shows_a_traceback_as_one_would(
+    tmp_path, monkeypatch
+):
+    for env in ({"PYTHONIOENCODING": "ascii"}, {"LC_ALL": "C"}, {"HF_HUB_OFFLINE": "1"}):
+        with pytest.raises(ValueError, match="use run_cli"):
+            run_cli_in_process("check", tmp_path, env=env)
+    with pytest.raises(ValueError, match="use run_cli"):
+        run_cli_in_process("check", "hf://org/model")
+
+    def fails(args: object) -> int:
+        raise RuntimeError("a defect")
+
+    monkeypatch.setattr(scalar_scales.cli, "_run", fails)
+    result = run_cli_in_process("check", tmp_path)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.startswith("Traceback (most recent call last):\n")
+    assert result.stderr.endswith("RuntimeError: a defect\n")

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 import signal
 import stat
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -24,12 +22,18 @@ import pytest
 from scalar_scales.files import TEMPORARY_NAME
 from scalar_scales_testkit.broken import clean_checkpoint, rewrite_shard
 from scalar_scales_testkit.cli import (
+    Lease,
+    let_edits_through,
     make_checkpoint,
     renamed,
     rewrite_header,
     run_cli,
+    run_cli_in_process,
+    shard_writes_held,
     shards,
+    signals_taken_over,
     snapshot,
+    until,
     write_scales_natively_0_d,
 )
 from scalar_scales_testkit.synthetic import write_synthetic_checkpoint
@@ -52,31 +56,6 @@ def migrate_process(checkpoint: Path, *args: str, **popen: object) -> subprocess
     )
 
 
-def wait_for_first_edit(checkpoint: Path, process: subprocess.Popen[str]) -> None:
-    """Return once the migration has changed a shard's header (its edits have begun)."""
-    shard = shards(checkpoint)[0]
-    with open(shard, "rb") as f:
-        before = os.pread(f.fileno(), 1 << 16, 0)
-        deadline = time.monotonic() + 120
-        while os.pread(f.fileno(), 1 << 16, 0) == before and process.poll() is None and time.monotonic() < deadline:
-            pass
-    assert process.poll() is None, "the migration ended before its first edit was seen; nothing was tested"
-
-
-def wait_for_signal_handling(process: subprocess.Popen[str]) -> None:
-    """Return once the command has set its SIGTERM handler (Linux's /proc tells), so that a signal sent now is
-    the command's to handle, not the interpreter's default; or once it has ended."""
-    deadline = time.monotonic() + 60
-    while process.poll() is None and time.monotonic() < deadline:
-        try:
-            status = Path(f"/proc/{process.pid}/status").read_text()
-        except OSError:
-            return
-        caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
-        if int(caught.split()[1], 16) & (1 << (signal.SIGTERM - 1)):
-            return
-
-
 # Temporary files are new and private, and never written through a link.
 
 
@@ -86,10 +65,9 @@ def test_a_link_planted_where_config_json_s_temporary_file_went_is_never_written
     outside = tmp_path / "outside"
     outside.write_text("root's own file")
     outside.chmod(0o600)
-    process = migrate_process(checkpoint)
-    wait_for_first_edit(checkpoint, process)
-    (checkpoint / ".config.json.scalar-scales.tmp").symlink_to(outside)
-    _, stderr = process.communicate(timeout=120)
+    with shard_writes_held(checkpoint, lambda: migrate_process(checkpoint)) as (process, _):
+        (checkpoint / ".config.json.scalar-scales.tmp").symlink_to(outside)
+    _, stderr = process.communicate(timeout=300)
     assert process.returncode == 0, stderr
     assert outside.read_text() == "root's own file" and stat.S_IMODE(outside.stat().st_mode) == 0o600
     config = checkpoint / "config.json"
@@ -130,10 +108,10 @@ def test_a_config_json_that_says_a_thing_twice_is_refused_before_any_shard_chang
     with_config_text(checkpoint, DUPLICATES[case])
     before = snapshot(checkpoint)
     for args in ((), ("--dry-run",)):
-        line = one_line(run_cli("migrate", checkpoint, *args))
+        line = one_line(run_cli_in_process("migrate", checkpoint, *args))
         assert line.startswith(f"scalar-scales: error: {checkpoint / 'config.json'}: ")
         assert "appears more than once; which one counts is ambiguous" in line
-    assert "appears more than once" in one_line(run_cli("check", checkpoint))
+    assert "appears more than once" in one_line(run_cli_in_process("check", checkpoint))
     assert snapshot(checkpoint) == before
 
 
@@ -146,16 +124,16 @@ def test_a_folder_name_the_terminal_cannot_encode_does_not_fail_a_finished_migra
     result = run_cli("migrate", checkpoint, env={"LC_ALL": "C.UTF-8", "PYTHONIOENCODING": None})
     assert result.returncode == 0, result.stderr
     assert "ckpt-\\udcff: changed 48 of 48 scales" in result.stdout
-    assert run_cli("check", checkpoint, "--quiet").returncode == 0
+    assert run_cli_in_process("check", checkpoint, "--quiet").returncode == 0
 
 
 def test_a_reader_that_goes_away_does_not_change_migrate_s_exit_code(checkpoint):
     process = migrate_process(checkpoint)
     assert process.stdout is not None
     process.stdout.close()
-    _, stderr = process.communicate(timeout=120)
+    _, stderr = process.communicate(timeout=300)
     assert process.returncode == 0 and stderr == ""
-    assert run_cli("check", checkpoint, "--quiet").returncode == 0
+    assert run_cli_in_process("check", checkpoint, "--quiet").returncode == 0
 
 
 # Patterns from config.json are matched in bounded time, or refused.
@@ -198,14 +176,14 @@ def test_a_backtracking_pattern_from_config_json_is_matched_in_bounded_time(clea
         [sys.executable, "-m", "scalar_scales", "check", str(clean), "--json"],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
     )
     assert result.returncode in (0, 1), result.stderr
 
 
 def test_a_pattern_no_finite_automaton_matches_is_refused_naming_it(clean):
     with_mixed_groups(clean, r"re:(a)\1")
-    line = one_line(run_cli("check", clean))
+    line = one_line(run_cli_in_process("check", clean))
     assert line == (
         f"scalar-scales: error: {clean / 'config.json'}: a re: target or ignore entry '(a)\\\\1' uses a "
         "back-reference, which cannot be matched in bounded time"
@@ -229,7 +207,7 @@ def test_a_shard_name_of_240_characters_is_migrated_in_place(tmp_path):
     index = json.loads(index_path.read_text())
     index["weight_map"] = dict.fromkeys(index["weight_map"], long_name)
     index_path.write_text(json.dumps(index))
-    result = run_cli("migrate", checkpoint)
+    result = run_cli_in_process("migrate", checkpoint)
     assert result.returncode == 0, result.stderr
     assert "in place (header only)" in result.stdout
 
@@ -240,7 +218,7 @@ def test_a_folder_named_as_a_temporary_file_is_left_alone_and_migrate_succeeds(t
     stale.mkdir()
     (stale / "inside").write_text("")
     (checkpoint / ".config.json.scalar-scales.tmp").mkdir()
-    result = run_cli("migrate", checkpoint)
+    result = run_cli_in_process("migrate", checkpoint)
     assert result.returncode == 0, result.stderr
     assert stale.is_dir(), "a folder of a temporary file's name is left alone"
 
@@ -251,10 +229,7 @@ def test_a_folder_named_as_a_temporary_file_is_left_alone_and_migrate_succeeds(t
 def test_an_empty_path_is_refused_and_the_current_folder_is_left_alone(checkpoint):
     before = snapshot(checkpoint)
     for command in ("migrate", "check"):
-        result = subprocess.run(
-            [sys.executable, "-m", "scalar_scales", command, ""], cwd=checkpoint, capture_output=True, text=True
-        )
-        assert one_line(result) == (
+        assert one_line(run_cli_in_process(command, "", cwd=checkpoint)) == (
             'scalar-scales: error: "": no checkpoint named: give a folder, a .safetensors file or hf://ORG/NAME'
         )
     assert snapshot(checkpoint) == before
@@ -273,7 +248,10 @@ def test_a_config_json_that_is_not_a_file_is_refused_by_both_commands(checkpoint
         config.symlink_to(checkpoint / "gone.json")
     before = snapshot(checkpoint)
     for command in ("migrate", "check"):
-        assert one_line(run_cli(command, checkpoint)) == f"scalar-scales: error: {config}: is {kind}, not a file"
+        assert (
+            one_line(run_cli_in_process(command, checkpoint))
+            == f"scalar-scales: error: {config}: is {kind}, not a file"
+        )
     assert snapshot(checkpoint) == before
 
 
@@ -285,13 +263,13 @@ def test_a_migration_that_rewrites_every_shard_says_none_was_edited_in_place(che
         rewrite_header(
             shard, lambda h: {n: (s | {"shape": []} if n.endswith("_global_scale") else s) for n, s in h.items()}
         )
-    result = run_cli("migrate", checkpoint, "--to", "legacy")
+    result = run_cli_in_process("migrate", checkpoint, "--to", "legacy")
     assert result.returncode == 0, result.stderr
     assert result.stdout.rstrip().endswith("in 3 of 3 shards (3 rewritten to new files)")
 
 
 def test_a_usage_error_is_one_line_naming_the_command(checkpoint):
-    line = one_line(run_cli("check", checkpoint, "--select", "NV999"))
+    line = one_line(run_cli_in_process("check", checkpoint, "--select", "NV999"))
     assert line.startswith("scalar-scales check: error: unknown rule code 'NV999'")
     assert line.endswith("(see scalar-scales check --help)")
 
@@ -305,35 +283,40 @@ def test_a_shard_that_is_not_a_file_is_refused_as_what_it_is(checkpoint, kind):
     else:
         os.mkfifo(victim)
     for command in ("migrate", "check"):
-        assert one_line(run_cli(command, checkpoint)) == f"scalar-scales: error: {victim}: is {kind}, not a file"
+        assert (
+            one_line(run_cli_in_process(command, checkpoint))
+            == f"scalar-scales: error: {victim}: is {kind}, not a file"
+        )
 
 
 def test_ctrl_c_while_shards_are_edited_says_what_changed_and_a_rerun_finishes(tmp_path, sigint_reaches_children):
+    """Ctrl-C once a shard is edited, while the migration's other writers wait to open theirs: it must stop."""
     checkpoint = write_synthetic_checkpoint(tmp_path / "ckpt", data_bytes=3_000_000)
-    process = migrate_process(checkpoint)
-    wait_for_first_edit(checkpoint, process)
-    process.send_signal(signal.SIGINT)
-    _, stderr = process.communicate(timeout=120)
+    with shard_writes_held(checkpoint, lambda: migrate_process(checkpoint)) as (process, leases):
+        first_edit = let_edits_through(leases, process, 1)
+        assert until(first_edit, process), "the migration ended before its first edit was seen"
+        process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=300)
     (line,) = stderr.splitlines()
     assert process.returncode == 3, stderr
     assert line.startswith(f"scalar-scales: error: {checkpoint}: stopped after changing ")
     assert "(config.json not changed): interrupted; every shard is whole" in line
     config = json.loads((checkpoint / "config.json").read_text())["quantization_config"]
     assert "format_version" not in config
-    assert run_cli("migrate", checkpoint).returncode == 0
-    assert run_cli("check", checkpoint, "--quiet").returncode == 0
+    assert run_cli_in_process("migrate", checkpoint).returncode == 0
+    assert run_cli_in_process("check", checkpoint, "--quiet").returncode == 0
 
 
 @pytest.mark.parametrize(("name", "code"), [("SIGINT", 130), ("SIGTERM", 143)])
 def test_an_interrupt_before_any_change_is_one_line_and_changes_nothing(tmp_path, name, code):
+    """The signal comes while the dry run waits to open a shard to read it (a write lease holds the open)."""
     checkpoint = write_synthetic_checkpoint(tmp_path / "ckpt", data_bytes=3_000_000)
     before = snapshot(checkpoint)
-    process = migrate_process(checkpoint, "--dry-run")
-    wait_for_signal_handling(process)
-    process.send_signal(getattr(signal, name))
-    _, stderr = process.communicate(timeout=120)
-    if process.returncode == 0:
-        pytest.skip("the dry run ended before the signal came")
+    with Lease(shards(checkpoint)[len(shards(checkpoint)) // 2], "write") as read:
+        process = migrate_process(checkpoint, "--dry-run")
+        assert until(read.waited_on, process), "the dry run ended without reading every shard"
+        process.send_signal(getattr(signal, name))
+    _, stderr = process.communicate(timeout=300)
     assert process.returncode == code
     assert stderr.splitlines() == [f"scalar-scales: interrupted ({name}); nothing was changed"]
     assert snapshot(checkpoint) == before
@@ -354,7 +337,7 @@ def test_an_integer_of_more_digits_than_python_converts_is_one_line(checkpoint, 
     value = field.replace("4", HUGE_INTEGER) if field.endswith("4") else field + HUGE_INTEGER
     path.write_text(path.read_text().replace(field, value, 1))
     before = snapshot(checkpoint)
-    line = one_line(run_cli(command, checkpoint))
+    line = one_line(run_cli_in_process(command, checkpoint))
     assert line == f"scalar-scales: error: {path}: holds an integer of more than 4300 digits"
     assert snapshot(checkpoint) == before
 
@@ -366,7 +349,7 @@ def test_a_nul_in_a_shard_name_of_the_index_is_one_line(checkpoint, command):
     tensor = next(iter(document["weight_map"]))
     document["weight_map"][tensor] = "a\0b.safetensors"
     index.write_text(json.dumps(document))
-    line = one_line(run_cli(command, checkpoint))
+    line = one_line(run_cli_in_process(command, checkpoint))
     assert line.endswith(
         f"weight_map maps {tensor!r} to 'a\\x00b.safetensors', which is not a .safetensors file in this folder"
     )
@@ -386,7 +369,7 @@ MODULE = "model.layers.0.mlp.experts.0.gate_proj."
 @pytest.mark.parametrize("options", [[], ["--list"], ["--show-all"]])
 def test_a_tensor_name_that_holds_control_characters_forges_no_line_and_reaches_no_terminal(checkpoint, options):
     renamed(checkpoint, MODULE, MODULE.replace(".gate_proj", FORGED + ".gate_proj"))
-    result = run_cli("check", checkpoint, *options)
+    result = run_cli_in_process("check", checkpoint, *options)
     assert result.returncode == 0, result.stderr
     assert not controls(result.stdout) and not any(line.startswith("All checks") for line in result.stdout.splitlines())
     assert "experts.0\\nAll checks passed: forged\\x1b]0;title\\x07\\x1b[2J\\u202e.gate_proj" in result.stdout
@@ -400,7 +383,7 @@ def test_a_shard_name_that_holds_a_newline_forges_no_line(checkpoint):
     (checkpoint / old).rename(checkpoint / new)
     document["weight_map"] = {tensor: new if file == old else file for tensor, file in document["weight_map"].items()}
     index.write_text(json.dumps(document))
-    result = run_cli("check", checkpoint, "--show-all")
+    result = run_cli_in_process("check", checkpoint, "--show-all")
     assert result.returncode == 0, result.stderr
     assert not controls(result.stdout) and "    x\\nAll checks passed: forged" in result.stdout
 
@@ -410,39 +393,108 @@ def test_an_error_naming_a_file_with_control_characters_is_one_escaped_line(chec
     document = json.loads(index.read_text())
     document["weight_map"][MODULE + "weight_global_scale"] = "gone" + FORGED + ".safetensors"
     index.write_text(json.dumps(document))
-    line = one_line(run_cli("check", checkpoint))
+    line = one_line(run_cli_in_process("check", checkpoint))
     assert not controls(line) and line.endswith("named in model.safetensors.index.json but missing")
 
 
-# Exit codes tell the truth at any instant: real signals at random moments, many times.
+# Exit codes tell the truth at any instant: real signals at moments spread over a migration, many times.
 
 SUCCESS = ("changed ", "nothing to change")
 
 
-def interrupted_at_random(checkpoint: Path, name: str, runs: int, seed: int) -> list[tuple[int, str, str, bool]]:
-    """``migrate`` on copies of ``checkpoint``, each sent signal ``name`` after a random delay up to one and a half
-    times a whole run: (return code, stdout, stderr, whether any file changed) for each run.
+def checkpoint_moments(checkpoint: Path, *, edits: bool) -> list[tuple[str, int]]:
+    """Where a migration of ``checkpoint`` can be interrupted, each an event seen from outside (see
+    :func:`interrupted_at_moments`), in the order a run meets them: each a moment's name and a shard's number
+    (or how many edits are let through), spread over the shards."""
+    count = len(shards(checkpoint))
+    spread = sorted({0, count // 3, count // 2, (2 * count) // 3, count - 1})
+    moments = [("signals taken over", 0)] + [("reading a shard", j) for j in spread]
+    if edits:
+        moments += [("checking a shard", j) for j in spread]
+    moments += [("checking config.json", 0)]
+    if edits:
+        moments += [("shards edited", p) for p in sorted({1, 2, count // 4, count // 2, (3 * count) // 4, count - 1})]
+        moments += [("writing config.json", 0)]
+    else:
+        moments += [("config.json's temporary file", 0), ("config.json replaced", 0)]
+    return moments + [("summary printed", 0)]
 
-    The delay starts once the command has taken over its signals (scalar_scales.start): before that the
-    interpreter itself is starting, and a signal ends it as the interpreter ends (killed by it, or its own
-    fatal error while importing ``site``), before any line of the command has run."""
-    started = time.monotonic()
-    assert run_cli("migrate", "--dry-run", checkpoint).returncode == 0
-    longest = 1.5 * (time.monotonic() - started)
-    randomness = random.Random(seed)
+
+def interrupted_at_moments(checkpoint: Path, name: str, runs: int, *, edits: bool) -> list[tuple[int, str, str, bool]]:
+    """``migrate`` on copies of ``checkpoint``, each sent signal ``name`` at one of :func:`checkpoint_moments`, in
+    turn: (return code, stdout, stderr, whether any file changed) for each run.
+
+    Each moment is an event seen from outside, never a guessed delay: the command has taken over its signals
+    (scalar_scales.start: before that the interpreter itself is starting, and a signal ends it as the interpreter
+    ends, before any line of the command has run); it waits to open a given shard, to read it (a write lease holds
+    the open) or to check that it can write it (a read lease); it waits on config.json's check; a given number of
+    shard edits is let through (:func:`shard_writes_held`) and the last one's header changed, while the other
+    writers wait to open theirs; every shard is edited and read back and it waits to read config.json before its
+    marker (a write lease taken while the writers wait); config.json's temporary file appears, or config.json is
+    replaced (a marker-only run, which has no writers to hold); the command printed its summary line. A lease is
+    released once the signal is sent; a moment that does not come (the run ended first: a temporary file that
+    came and went between two looks) is a signal after the end. Whatever comes, the exit must tell the truth."""
+    moments = checkpoint_moments(checkpoint, edits=edits)
     seen = []
     for run in range(runs):
         copy = checkpoint.with_name(f"run-{run}")
         shutil.copytree(checkpoint, copy)
         before = snapshot(copy)
-        process = migrate_process(copy)
-        wait_for_signal_handling(process)
-        time.sleep(randomness.uniform(0, longest))
-        process.send_signal(getattr(signal, name))
-        stdout, stderr = process.communicate(timeout=120)
-        seen.append((process.returncode, stdout, stderr, snapshot(copy) != before))
+        moment, number = moments[run % len(moments)]
+        process, printed = interrupted_at(copy, getattr(signal, name), moment, number)
+        stdout, stderr = process.communicate(timeout=300)
+        seen.append((process.returncode, printed + stdout, stderr, snapshot(copy) != before))
         shutil.rmtree(copy)
     return seen
+
+
+def interrupted_at(checkpoint: Path, number: int, moment: str, which: int) -> tuple[subprocess.Popen[str], str]:
+    """A migrate of ``checkpoint`` sent signal ``number`` at ``moment`` (:func:`interrupted_at_moments`): the process,
+    and what it printed on stdout that was read to see the moment. Every lease is taken before the process starts."""
+    config = checkpoint / "config.json"
+    if moment in ("reading a shard", "checking a shard"):
+        with Lease(shards(checkpoint)[which], "write" if moment == "reading a shard" else "read") as lease:
+            process = migrate_process(checkpoint)
+            until(lease.waited_on, process)
+            process.send_signal(number)
+        return process, ""
+    if moment == "checking config.json":
+        with Lease(config) as lease:
+            process = migrate_process(checkpoint)
+            until(lease.waited_on, process)
+            process.send_signal(number)
+        return process, ""
+    if moment == "shards edited":
+        with shard_writes_held(checkpoint, lambda: migrate_process(checkpoint)) as (process, leases):
+            until(let_edits_through(leases, process, which), process)
+            process.send_signal(number)
+        return process, ""
+    if moment == "writing config.json":
+        with shard_writes_held(checkpoint, lambda: migrate_process(checkpoint)) as (process, leases):
+            with Lease(config, "write") as marker:
+                for lease in leases:
+                    lease.release()
+                until(marker.waited_on, process)
+                process.send_signal(number)
+        return process, ""
+    identity = config.stat().st_ino
+    process = migrate_process(checkpoint)
+    if moment == "signals taken over":
+        until(signals_taken_over(process), process)
+    elif moment == "config.json's temporary file":
+        until(lambda: any(TEMPORARY_NAME.fullmatch(p.name) for p in checkpoint.iterdir()), process)
+    elif moment == "config.json replaced":
+        until(lambda: config.stat().st_ino != identity, process)
+    else:
+        assert moment == "summary printed", moment
+        assert process.stdout is not None
+        printed = []
+        while (line := process.stdout.readline()) and not line.split(": ", 1)[-1].startswith(SUCCESS):
+            printed.append(line)
+        process.send_signal(number)
+        return process, "".join(printed) + line
+    process.send_signal(number)
+    return process, ""
 
 
 def assert_each_exit_tells_the_truth(seen: list[tuple[int, str, str, bool]], code: int) -> None:
@@ -466,13 +518,17 @@ def test_an_interrupt_at_any_moment_of_a_migration_that_only_sets_the_marker_tel
     document = json.loads(config.read_text())
     del document["quantization_config"]["format_version"]
     config.write_text(json.dumps(document, indent=2))
-    assert_each_exit_tells_the_truth(interrupted_at_random(checkpoint, name, runs=40, seed=1), code)
+    seen = interrupted_at_moments(checkpoint, name, runs=40, edits=False)
+    assert_each_exit_tells_the_truth(seen, code)
+    assert {returncode for returncode, *_ in seen} == {0, code}, "the moments did not meet both an interrupt and an end"
 
 
 @pytest.mark.parametrize(("name", "code"), [("SIGINT", 130), ("SIGTERM", 143)])
 def test_an_interrupt_at_any_moment_of_a_migration_of_every_shard_tells_the_truth(tmp_path, name, code):
     checkpoint = write_synthetic_checkpoint(tmp_path / "ckpt", data_bytes=3_000_000)
-    assert_each_exit_tells_the_truth(interrupted_at_random(checkpoint, name, runs=40, seed=2), code)
+    seen = interrupted_at_moments(checkpoint, name, runs=40, edits=True)
+    assert_each_exit_tells_the_truth(seen, code)
+    assert {returncode for returncode, *_ in seen} == {0, 3, code}, "the moments did not meet every way to end"
 
 
 # One identity per file for the whole run.
@@ -488,7 +544,8 @@ def test_a_shard_swapped_by_rename_while_check_reads_gives_a_true_report_or_one_
     write_scales_natively_0_d(checkpoint)
     versions = [legacy, shard.read_bytes()]
     expected = {
-        s["name"]: s["value"] for s in json.loads(run_cli("check", "--json", "--list", checkpoint).stdout)["scales"]
+        s["name"]: s["value"]
+        for s in json.loads(run_cli_in_process("check", "--json", "--list", checkpoint).stdout)["scales"]
     }
     stop = threading.Event()
 
@@ -524,13 +581,13 @@ def test_a_json_file_past_its_bound_is_refused_unread_in_one_line(checkpoint, co
     path = checkpoint / file
     with open(path, "r+b") as f:
         f.truncate((256 << 20) + 1)
-    line = one_line(run_cli(command, checkpoint))
+    line = one_line(run_cli_in_process(command, checkpoint))
     assert line == f"scalar-scales: error: {path}: holds more than the {256 << 20} bytes a config or an index may hold"
 
 
 def test_json_output_escapes_control_characters_as_json_does_and_keeps_the_name(checkpoint):
     renamed(checkpoint, MODULE, MODULE.replace(".gate_proj", FORGED + ".gate_proj"))
-    result = run_cli("check", "--json", "--list", checkpoint)
+    result = run_cli_in_process("check", "--json", "--list", checkpoint)
     assert result.returncode == 0 and not controls(result.stdout)
     forged = MODULE.replace(".gate_proj", FORGED + ".gate_proj") + "weight_global_scale"
     assert forged in {scale["name"] for scale in json.loads(result.stdout)["scales"]}

@@ -25,15 +25,17 @@ from scalar_scales_testkit.cli import (
     make_checkpoint,
     rewrite_header,
     run_cli,
+    run_cli_in_process,
     shards,
     snapshot,
+    until,
 )
 from scalar_scales_testkit.synthetic import write_synthetic_checkpoint
 
 
 def assert_refused(checkpoint: Path, *fragments: str, command: tuple[str, ...] = ("migrate",)) -> None:
     before = snapshot(checkpoint)
-    result = run_cli(*command, checkpoint)
+    result = run_cli_in_process(*command, checkpoint)
     assert result.returncode == 2, result.stdout + result.stderr
     (line,) = result.stderr.splitlines()
     assert line.startswith("scalar-scales: error: ") and "Traceback" not in result.stderr
@@ -132,7 +134,7 @@ def test_a_file_named_only_in_the_index_metadata_is_never_touched(checkpoint):
     index["metadata"]["source"] = "old.safetensors"
     index_path.write_text(json.dumps(index, indent=2))
     before = stranger.read_bytes()
-    result = run_cli("migrate", checkpoint)
+    result = run_cli_in_process("migrate", checkpoint)
     assert result.returncode == 0, result.stderr
     assert stranger.read_bytes() == before
 
@@ -164,7 +166,7 @@ def test_one_lock_per_checkpoint_however_it_is_named(tmp_path, spelling):
     }[spelling]
     with checkpoint_lock(resolve_checkpoint(checkpoint)):
         before = snapshot(checkpoint)
-        result = run_cli("migrate", target, "--to", "legacy")
+        result = run_cli("migrate", target, "--to", "legacy")  # in its own process: this one holds the lock
     assert result.returncode == 2
     assert "another migrate is running on this checkpoint" in result.stderr
     assert snapshot(checkpoint) == before
@@ -250,7 +252,7 @@ def test_a_full_disk_with_no_room_for_a_rewritten_shard_names_it_and_changes_not
 def test_a_killed_rewrite_leaves_a_temporary_file_that_the_next_run_removes(tmp_path):
     checkpoint = tmp_path / "ckpt"
     write_synthetic_checkpoint(checkpoint, data_bytes=300_000_000, layers=1, experts=4, shards=1)
-    assert run_cli("migrate", checkpoint).returncode == 0
+    assert run_cli_in_process("migrate", checkpoint).returncode == 0
     (shard,) = shards(checkpoint)
     edit_header_text(shard, lambda text: (text.rstrip(" ").replace("[ ]", "[]") + " " * 8)[: len(text)])
     temporaries = lambda: [p for p in checkpoint.iterdir() if TEMPORARY_NAME.fullmatch(p.name)]  # noqa: E731
@@ -259,12 +261,11 @@ def test_a_killed_rewrite_leaves_a_temporary_file_that_the_next_run_removes(tmp_
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    while not temporaries() and process.poll() is None:
-        pass
+    until(lambda: bool(temporaries()), process)  # the rewrite's new file appears: kill it while it is written
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert temporaries(), "the rewrite finished before the kill; nothing was tested"
-    result = run_cli("migrate", checkpoint, "--to", "legacy")
+    result = run_cli_in_process("migrate", checkpoint, "--to", "legacy")
     assert result.returncode == 0, result.stderr
     assert not temporaries()
 
@@ -281,13 +282,13 @@ def test_config_json_keeps_its_mode_key_order_and_layout_and_comes_back_byte_for
     config_path.chmod(0o600)
     original = config_path.read_bytes()
 
-    assert run_cli("migrate", checkpoint).returncode == 0
+    assert run_cli_in_process("migrate", checkpoint).returncode == 0
     migrated = config_path.read_bytes()
     assert stat.S_IMODE(config_path.stat().st_mode) == 0o600
     assert json.loads(migrated)["quantization_config"]["format_version"] == 2
     assert migrated.replace(b',\r\n\t\t"format_version": 2', b"") == original
 
-    assert run_cli("migrate", checkpoint, "--to", "legacy").returncode == 0
+    assert run_cli_in_process("migrate", checkpoint, "--to", "legacy").returncode == 0
     assert config_path.read_bytes() == original
     assert stat.S_IMODE(config_path.stat().st_mode) == 0o600
 
@@ -306,7 +307,7 @@ def test_check_json_is_strict_json_with_non_finite_values_as_strings(checkpoint)
     def refuse(constant: str) -> None:
         raise ValueError(f"{constant} is not JSON")
 
-    result = run_cli("check", checkpoint, "--json", "--list")
+    result = run_cli_in_process("check", checkpoint, "--json", "--list")
     document = json.loads(result.stdout, parse_constant=refuse)
     values = [scale["value"] for scale in document["scales"] if scale["file"] == str(shard)][:3]
     assert values == ["NaN", "Infinity", "-Infinity"]
@@ -321,7 +322,7 @@ def assert_migrate_refuses_and_check_reports_it(
     """An index that disagrees with its shards is a check finding (NV501, NV502), and a migrate refusal."""
     assert_refused(checkpoint, str(shard), tensor, problem)
     before = snapshot(checkpoint)
-    result = run_cli("check", checkpoint, "--json", "--select", code, "--strict")
+    result = run_cli_in_process("check", checkpoint, "--json", "--select", code, "--strict")
     assert result.returncode == 1
     [finding] = json.loads(result.stdout)["findings"]
     assert (finding["code"], finding["file"], finding["tensor"]) == (code, str(shard), tensor)

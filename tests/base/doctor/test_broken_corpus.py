@@ -7,7 +7,7 @@ import pytest
 from scalar_scales.doctor import RULES
 from scalar_scales.nvfp4 import COMPRESSED_TENSORS_LAYOUT, MODELOPT_LAYOUT
 from scalar_scales_testkit.broken import CORPUS, MODELOPT_CORPUS, clean_checkpoint
-from scalar_scales_testkit.cli import run_cli, snapshot
+from scalar_scales_testkit.cli import run_cli_in_process, snapshot
 from scalar_scales_testkit.modelopt_exports import copy_of_export
 
 CASES = [
@@ -31,15 +31,17 @@ def test_the_modelopt_corpus_covers_every_rule_but_compressed_tensors_own():
 @pytest.mark.parametrize(("clean", "layout", "case"), CASES)
 def test_a_broken_checkpoint_is_reported_by_its_rule_and_only_that_rule(tmp_path, clean, layout, case):
     checkpoint = clean(tmp_path / "checkpoint")
-    assert json.loads(run_cli("check", checkpoint, "--json").stdout)["findings"] == []
+    assert json.loads(run_cli_in_process("check", checkpoint, "--json").stdout)["findings"] == []
     tensor = case.make(checkpoint, layout)
     before = snapshot(checkpoint)
-    result = run_cli("check", checkpoint, "--json")
+    result = run_cli_in_process("check", checkpoint, "--json")
     findings = json.loads(result.stdout)["findings"]
     assert {finding["code"] for finding in findings} == {case.code, *case.alongside}
     assert tensor in {finding["tensor"] for finding in findings}
     assert result.returncode == (1 if "error" in {RULES[code].severity for code in (case.code, *case.alongside)} else 0)
-    assert run_cli("check", checkpoint, "--strict").returncode == (0 if RULES[case.code].severity == "info" else 1)
+    assert run_cli_in_process("check", checkpoint, "--strict").returncode == (
+        0 if RULES[case.code].severity == "info" else 1
+    )
     assert snapshot(checkpoint) == before
 
 
@@ -47,7 +49,7 @@ def test_a_broken_checkpoint_is_reported_by_its_rule_and_only_that_rule(tmp_path
 def test_the_text_report_names_the_rule_and_the_tensor(tmp_path, clean, layout, case):
     checkpoint = clean(tmp_path / "checkpoint")
     tensor = case.make(checkpoint, layout)
-    lines = run_cli("check", checkpoint, "--show-all").stdout.splitlines()
+    lines = run_cli_in_process("check", checkpoint, "--show-all").stdout.splitlines()
     rule = RULES[case.code]
     assert any(line.startswith(f"{case.code} {rule.name} ({rule.severity}): ") for line in lines)
     named = f": {tensor}  " if tensor else ".json  "
@@ -59,9 +61,9 @@ def test_a_rule_selected_alone_reports_what_it_reports_among_every_rule(tmp_path
     """A rule --select leaves out is not computed: what the others find, and what the summary counts, stay."""
     checkpoint = clean(tmp_path / "checkpoint")
     case.make(checkpoint, layout)
-    every = json.loads(run_cli("check", checkpoint, "--json").stdout)
+    every = json.loads(run_cli_in_process("check", checkpoint, "--json").stdout)
     for code in {case.code, *case.alongside}:
-        alone = json.loads(run_cli("check", checkpoint, "--json", "--select", code).stdout)
+        alone = json.loads(run_cli_in_process("check", checkpoint, "--json", "--select", code).stdout)
         assert alone["findings"] == [finding for finding in every["findings"] if finding["code"] == code]
         assert alone["summary"]["modules"] == every["summary"]["modules"]
         assert alone["summary"]["scales"] == every["summary"]["scales"]

@@ -12,7 +12,7 @@ import pytest
 from scalar_scales.doctor import RULES
 from scalar_scales.sources import INDEX_NAME, read_headers
 from scalar_scales_testkit.broken import EXPERT, clean_checkpoint, rewrite_shard, shard_of
-from scalar_scales_testkit.cli import run_cli, shards
+from scalar_scales_testkit.cli import run_cli_in_process, shards
 
 
 def set_scale_value(checkpoint, suffix: str, index: int, value: float) -> str:
@@ -47,7 +47,7 @@ CHECKED = "Checked 24 NVFP4 modules (config group group_0, nvfp4-pack-quantized 
 
 
 def test_a_clean_checkpoint_exits_0_saying_what_was_checked(clean):
-    result = run_cli("check", clean)
+    result = run_cli_in_process("check", clean)
     assert result.returncode == 0
     assert result.stdout.splitlines() == [
         f"{clean}: 3 shards, nvfp4-pack-quantized, format_version 2, 48 global scales (0 (1,), 48 0-D)",
@@ -62,9 +62,9 @@ def test_the_heading_shows_the_marker_as_the_config_states_it(checkpoint, marker
     if marker is not None:
         config["quantization_config"]["format_version"] = marker
     (checkpoint / "config.json").write_text(json.dumps(config))
-    heading = run_cli("check", checkpoint).stdout.splitlines()[0]
+    heading = run_cli_in_process("check", checkpoint).stdout.splitlines()[0]
     assert heading.startswith(f"{checkpoint}: 3 shards, nvfp4-pack-quantized, {shown}, 48 global scales")
-    summary = json.loads(run_cli("check", checkpoint, "--json").stdout)["summary"]
+    summary = json.loads(run_cli_in_process("check", checkpoint, "--json").stdout)["summary"]
     assert summary["format_version"] == marker
 
 
@@ -79,7 +79,7 @@ NO_TERMINAL: dict[str, str | None] = {"COLUMNS": None}
 
 
 def test_legacy_scales_are_grouped_under_one_code_with_the_why_once_and_the_first_few_shown(checkpoint):
-    result = run_cli("check", checkpoint, env=NO_TERMINAL)
+    result = run_cli_in_process("check", checkpoint, env=NO_TERMINAL)
     assert result.returncode == 0
     lines = result.stdout.splitlines()
     assert lines[1] == CHECKED
@@ -98,24 +98,24 @@ def test_legacy_scales_are_grouped_under_one_code_with_the_why_once_and_the_firs
 
 
 def test_show_all_prints_every_finding_and_the_why_once(checkpoint):
-    lines = run_cli("check", checkpoint, "--show-all", env=NO_TERMINAL).stdout.splitlines()
+    lines = run_cli_in_process("check", checkpoint, "--show-all", env=NO_TERMINAL).stdout.splitlines()
     assert sum(line.endswith("  shape (1,)") for line in lines) == 48
     assert sum(line == WHY_NV101[0] for line in lines) == 1
 
 
 def test_a_narrower_terminal_wraps_the_why_to_its_width(checkpoint):
-    lines = run_cli("check", checkpoint, env={"COLUMNS": "60"}).stdout.splitlines()
+    lines = run_cli_in_process("check", checkpoint, env={"COLUMNS": "60"}).stdout.splitlines()
     why = lines[3 : lines.index(next(line for line in lines if line.startswith("    model-")))]
     assert len(why) > len(WHY_NV101) and all(len(line) <= 60 for line in why)
     assert " ".join(line.strip() for line in why) == " ".join(line.strip() for line in WHY_NV101)
 
 
 def test_quiet_prints_only_the_summary(checkpoint):
-    assert run_cli("check", checkpoint, "--quiet").stdout == "Found 48 findings: 48 warnings (NV101 48).\n"
+    assert run_cli_in_process("check", checkpoint, "--quiet").stdout == "Found 48 findings: 48 warnings (NV101 48).\n"
 
 
 def test_list_shows_every_scale_with_its_layout_and_value(checkpoint):
-    lines = run_cli("check", checkpoint, "--list").stdout.splitlines()
+    lines = run_cli_in_process("check", checkpoint, "--list").stdout.splitlines()
     listed = [line for line in lines if line.startswith("legacy [1]")]
     assert len(listed) == 48
     name, value = listed[0].split()[2], float(listed[0].split(" = ")[1])
@@ -127,7 +127,7 @@ def test_a_marker_that_disagrees_with_the_shards_is_an_nv102_warning_naming_conf
     config = json.loads((checkpoint / "config.json").read_text())
     config["quantization_config"]["format_version"] = 2
     (checkpoint / "config.json").write_text(json.dumps(config))
-    result = run_cli("check", checkpoint, "--json", "--select", "NV102")
+    result = run_cli_in_process("check", checkpoint, "--json", "--select", "NV102")
     assert result.returncode == 0
     [finding] = findings(result)
     assert (finding["file"], finding["tensor"], finding["severity"]) == (
@@ -142,9 +142,9 @@ def test_0_d_scales_without_the_marker_are_information_that_strict_lets_pass(cle
     config = json.loads((clean / "config.json").read_text())
     del config["quantization_config"]["format_version"]
     (clean / "config.json").write_text(json.dumps(config))
-    result = run_cli("check", clean, "--json")
+    result = run_cli_in_process("check", clean, "--json")
     assert [(f["code"], f["severity"], f["effect"]) for f in findings(result)] == [("NV103", "info", "none")]
-    assert (result.returncode, run_cli("check", clean, "--strict").returncode) == (0, 0)
+    assert (result.returncode, run_cli_in_process("check", clean, "--strict").returncode) == (0, 0)
 
 
 @pytest.mark.parametrize(
@@ -153,7 +153,7 @@ def test_0_d_scales_without_the_marker_are_information_that_strict_lets_pass(cle
 )
 def test_a_zero_negative_nan_or_inf_scale_is_an_nv301_error(clean, value, said):
     name = set_scale_value(clean, "input_global_scale", 0, value)
-    result = run_cli("check", clean, "--json")
+    result = run_cli_in_process("check", clean, "--json")
     assert result.returncode == 1
     assert [(f["code"], f["severity"], f["tensor"]) for f in findings(result)] == [("NV301", "error", name)]
     assert said in findings(result)[0]["message"]
@@ -162,12 +162,12 @@ def test_a_zero_negative_nan_or_inf_scale_is_an_nv301_error(clean, value, said):
 def test_a_scale_just_above_the_reciprocal_threshold_is_not_reported(clean):
     set_scale_value(clean, "down_proj.weight_global_scale", 0, 1.0)
     set_scale_value(clean, "down_proj.input_global_scale", 0, 0.05)
-    assert run_cli("check", clean).returncode == 0
+    assert run_cli_in_process("check", clean).returncode == 0
 
 
 def test_a_weight_scale_below_1_is_reported_as_the_reciprocal_convention(clean):
     name = set_scale_value(clean, "down_proj.weight_global_scale", 0, 0.99)
-    [finding] = findings(run_cli("check", clean, "--json"))
+    [finding] = findings(run_cli_in_process("check", clean, "--json"))
     assert (finding["code"], finding["tensor"]) == ("NV302", name)
     assert "ModelOpt's amax/(6*448)" in finding["message"]
 
@@ -185,7 +185,7 @@ def test_a_scale_include_adds_is_checked_for_invalid_values_and_not_for_a_conven
     index = json.loads((clean / INDEX_NAME).read_text())
     index["weight_map"].update(dict.fromkeys(names, shard.name))
     (clean / INDEX_NAME).write_text(json.dumps(index))
-    result = run_cli("check", clean, "--json", "--include", "*.[kv]_scale", "--select", "NV3")
+    result = run_cli_in_process("check", clean, "--json", "--include", "*.[kv]_scale", "--select", "NV3")
     assert [(f["code"], f["tensor"]) for f in findings(result)] == [("NV301", "model.layers.0.self_attn.v_scale")]
 
 
@@ -195,15 +195,15 @@ def test_warnings_exit_0_and_strict_makes_them_exit_1(clean):
     name = f"{EXPERT}.up_proj.weight_packed"
     del index["weight_map"][name]
     index_path.write_text(json.dumps(index))
-    result = run_cli("check", clean, "--json")
+    result = run_cli_in_process("check", clean, "--json")
     assert result.returncode == 0
     assert [(f["code"], f["severity"], f["tensor"]) for f in findings(result)] == [("NV502", "warning", name)]
-    assert run_cli("check", clean, "--strict").returncode == 1
+    assert run_cli_in_process("check", clean, "--strict").returncode == 1
 
 
 def test_fused_partners_with_different_scales_are_an_nv303_error(clean):
     name = set_scale_value(clean, "up_proj.weight_global_scale", 0, 123.0)
-    result = run_cli("check", clean, "--json")
+    result = run_cli_in_process("check", clean, "--json")
     assert result.returncode == 1
     assert [(f["code"], f["severity"], f["effect"], f["tensor"]) for f in findings(result)] == [
         ("NV303", "error", "wrong-output", name)
@@ -229,13 +229,13 @@ def move_module_to_last_shard(checkpoint, module: str) -> None:
 def test_fused_partners_in_two_shards_with_different_scales_are_an_nv303_error(clean):
     name = set_scale_value(clean, f"{EXPERT_0}.up_proj.weight_global_scale", 0, 123.0)
     move_module_to_last_shard(clean, f"{EXPERT_0}.up_proj")
-    result = run_cli("check", clean, "--json")
+    result = run_cli_in_process("check", clean, "--json")
     assert [(f["code"], f["tensor"], f["file"]) for f in findings(result)] == [("NV303", name, str(shards(clean)[-1]))]
 
 
 def test_fused_partners_in_two_shards_with_equal_scales_are_not_reported(clean):
     move_module_to_last_shard(clean, f"{EXPERT_0}.up_proj")
-    result = run_cli("check", clean, "--json")
+    result = run_cli_in_process("check", clean, "--json")
     assert (result.returncode, findings(result)) == (0, [])
 
 
@@ -252,7 +252,7 @@ def test_gate_and_up_of_a_dense_mlp_are_partners_too(clean, tmp_path):
         tensors[up]["data"] = struct.pack("<f", 7.5)
 
     rewrite_shard(lone, dense_mlp)
-    [finding] = findings(run_cli("check", lone, "--json"))
+    [finding] = findings(run_cli_in_process("check", lone, "--json"))
     assert (finding["code"], finding["tensor"]) == ("NV303", up)
     assert "keeps the largest" in finding["message"]
 
@@ -260,14 +260,14 @@ def test_gate_and_up_of_a_dense_mlp_are_partners_too(clean, tmp_path):
 def test_a_module_without_weight_scale_is_reported_missing_under_nv203(clean):
     tensor = f"{EXPERT}.down_proj.weight_scale"
     rewrite_shard(shard_of(clean, tensor), lambda tensors: tensors.pop(tensor))
-    result = run_cli("check", clean, "--json", "--select", "NV2,NV4")
+    result = run_cli_in_process("check", clean, "--json", "--select", "NV2,NV4")
     assert [(f["code"], f["tensor"]) for f in findings(result)] == [("NV203", tensor)]
     assert findings(result)[0]["message"].startswith("missing: ")
 
 
 def test_select_and_ignore_take_codes_and_prefixes(checkpoint):
     set_scale_value(checkpoint, "input_global_scale", 0, 0.0)
-    codes = lambda *args: {f["code"] for f in findings(run_cli("check", checkpoint, "--json", *args))}  # noqa: E731
+    codes = lambda *args: {f["code"] for f in findings(run_cli_in_process("check", checkpoint, "--json", *args))}  # noqa: E731
     assert codes() == {"NV101", "NV301"}
     assert codes("--select", "NV3") == {"NV301"}
     assert codes("--select", "NV101,NV301", "--ignore", "NV1") == {"NV301"}
@@ -276,12 +276,12 @@ def test_select_and_ignore_take_codes_and_prefixes(checkpoint):
 
 def test_ignoring_every_error_exits_0(checkpoint):
     set_scale_value(checkpoint, "input_global_scale", 0, 0.0)
-    assert run_cli("check", checkpoint).returncode == 1
-    assert run_cli("check", checkpoint, "--ignore", "NV301").returncode == 0
+    assert run_cli_in_process("check", checkpoint).returncode == 1
+    assert run_cli_in_process("check", checkpoint, "--ignore", "NV301").returncode == 0
 
 
 def test_an_unknown_rule_code_is_a_usage_error(checkpoint):
-    result = run_cli("check", checkpoint, "--select", "NV999")
+    result = run_cli_in_process("check", checkpoint, "--select", "NV999")
     assert result.returncode == 2
     assert "unknown rule code 'NV999'" in result.stderr
     assert "Traceback" not in result.stderr
@@ -289,7 +289,7 @@ def test_an_unknown_rule_code_is_a_usage_error(checkpoint):
 
 def test_json_has_findings_and_a_summary(checkpoint):
     set_scale_value(checkpoint, "input_global_scale", 0, math.nan)
-    document = json.loads(run_cli("check", checkpoint, "--json").stdout)
+    document = json.loads(run_cli_in_process("check", checkpoint, "--json").stdout)
     assert set(document) == {"schema_version", "findings", "not_loaded_by", "summary"}
     assert document["schema_version"] == 1
     assert {tuple(f) for f in document["findings"]} == {
@@ -324,7 +324,7 @@ def test_json_has_findings_and_a_summary(checkpoint):
 
 def test_json_with_list_adds_every_scale_in_strict_json(checkpoint):
     set_scale_value(checkpoint, "input_global_scale", 0, math.nan)
-    result = run_cli("check", checkpoint, "--json", "--list")
+    result = run_cli_in_process("check", checkpoint, "--json", "--list")
     scales = json.loads(result.stdout, parse_constant=refuse_non_json_constant)["scales"]
     assert len(scales) == 48
     assert {s["layout"] for s in scales} == {"legacy"}
@@ -351,7 +351,7 @@ def test_an_fp8_module_beside_the_nvfp4_ones_is_not_judged_by_nvfp4_rules(clean)
     index = json.loads(index_path.read_text())
     index["weight_map"].update(dict.fromkeys(added, shard.name))
     index_path.write_text(json.dumps(index))
-    result = run_cli("check", clean, "--json")
+    result = run_cli_in_process("check", clean, "--json")
     assert (result.returncode, findings(result)) == (0, []), result.stdout
 
 
@@ -370,7 +370,7 @@ def bf16(tmp_path):
 
 
 def test_a_checkpoint_without_nvfp4_says_nothing_was_checked_and_exits_0(bf16):
-    result = run_cli("check", bf16)
+    result = run_cli_in_process("check", bf16)
     assert result.returncode == 0
     assert result.stdout.splitlines()[-1] == (
         "Nothing checked: no NVFP4 module and no per-tensor scale in scope (no quantization_config); the rules "
@@ -380,14 +380,14 @@ def test_a_checkpoint_without_nvfp4_says_nothing_was_checked_and_exits_0(bf16):
 
 
 def test_strict_makes_a_checkpoint_with_nothing_checked_exit_1(bf16):
-    assert run_cli("check", bf16, "--strict").returncode == 1
+    assert run_cli_in_process("check", bf16, "--strict").returncode == 1
 
 
 def test_a_model_class_in_the_targets_leaves_the_class_rules_unapplied_and_says_so(clean):
     config = json.loads((clean / "config.json").read_text())
     config["quantization_config"]["config_groups"]["group_0"]["targets"] = ["Linear", "Qwen3MoeTopKRouter"]
     (clean / "config.json").write_text(json.dumps(config))
-    lines = run_cli("check", clean).stdout.splitlines()
+    lines = run_cli_in_process("check", clean).stdout.splitlines()
     assert lines[1] == CHECKED[:-1] + (
         "; NV601, NV602, NV603, NV604 not applied: the config names classes a checkpoint does not show "
         "(Qwen3MoeTopKRouter)."
@@ -405,6 +405,6 @@ def test_a_shard_that_is_still_a_git_lfs_pointer_is_refused_in_one_line_saying_t
         "oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n"
         f"size {size}\n"
     )
-    result = run_cli("check", clean)
+    result = run_cli_in_process("check", clean)
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr == f"scalar-scales: error: {shard}: a Git LFS pointer, not the file: run git lfs pull\n"

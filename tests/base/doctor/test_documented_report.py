@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from scalar_scales_testkit.broken import rewrite_shard, shard_of
-from scalar_scales_testkit.cli import make_checkpoint, run_cli
+from scalar_scales_testkit.cli import make_checkpoint, run_cli_in_process
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "check.md"
 OTHER_CONVENTION = "model.layers.0.mlp.experts.0.down_proj.weight_global_scale"
@@ -35,7 +35,7 @@ def in_tmp(tmp_path, monkeypatch):
 
 
 def check_text(path: str) -> list[str]:
-    return run_cli("check", path, env={"COLUMNS": None}).stdout.splitlines()
+    return run_cli_in_process("check", path, env={"COLUMNS": None}).stdout.splitlines()
 
 
 def test_the_documented_report_of_a_legacy_checkpoint_with_a_scale_in_the_other_convention_is_printed(in_tmp):
@@ -51,6 +51,6 @@ def test_the_documented_report_of_a_legacy_checkpoint_with_a_scale_in_the_other_
 
 def test_the_documented_report_of_a_clean_checkpoint_is_printed(in_tmp):
     make_checkpoint(in_tmp / "ckpt")
-    assert run_cli("migrate", "ckpt").returncode == 0
+    assert run_cli_in_process("migrate", "ckpt").returncode == 0
     printed = check_text("ckpt")
     assert printed == documented_report("ckpt: 3 shards, nvfp4-pack-quantized, format_version 2")

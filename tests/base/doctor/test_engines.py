@@ -10,7 +10,7 @@ import pytest
 
 from scalar_scales.consumers import NO_FIX, OBSERVED, Observation
 from scalar_scales_testkit.broken import clean_checkpoint, mla_checkpoint, to_modelopt
-from scalar_scales_testkit.cli import run_cli
+from scalar_scales_testkit.cli import run_cli_in_process
 
 GLM = "Glm4MoeLiteForCausalLM"
 DEEPSEEK = "DeepseekV3ForCausalLM"
@@ -31,7 +31,7 @@ def test_the_observations_hold_sglangs_refusal_of_0_d_scales_in_glms_fused_mla()
 
 
 def test_a_format_2_glm_checkpoint_names_sglang_which_does_not_load_it(tmp_path):
-    result = run_cli("check", mla_checkpoint(tmp_path / "glm", GLM))
+    result = run_cli_in_process("check", mla_checkpoint(tmp_path / "glm", GLM))
     lines = result.stdout.splitlines()
     assert result.returncode == 0
     assert not_loaded_line(sglang(GLM), sglang(GLM).scalar.note) in lines
@@ -40,14 +40,14 @@ def test_a_format_2_glm_checkpoint_names_sglang_which_does_not_load_it(tmp_path)
 
 def test_a_format_2_deepseek_checkpoint_which_sglang_loads_is_a_clean_bill(tmp_path):
     assert sglang(DEEPSEEK).scalar.loads
-    result = run_cli("check", mla_checkpoint(tmp_path / "deepseek", DEEPSEEK))
+    result = run_cli_in_process("check", mla_checkpoint(tmp_path / "deepseek", DEEPSEEK))
     assert result.returncode == 0 and "Not loaded by" not in result.stdout
     assert result.stdout.splitlines()[-1].startswith("All checks passed")
     assert "Observed not to load it" not in result.stdout
 
 
 def test_a_legacy_deepseek_checkpoint_names_sglangs_refusal_of_its_1_scales(tmp_path):
-    result = run_cli("check", mla_checkpoint(tmp_path / "deepseek", DEEPSEEK, to="legacy"))
+    result = run_cli_in_process("check", mla_checkpoint(tmp_path / "deepseek", DEEPSEEK, to="legacy"))
     assert not_loaded_line(sglang(DEEPSEEK), sglang(DEEPSEEK).legacy.note) in result.stdout.splitlines()
 
 
@@ -55,14 +55,14 @@ def test_a_checkpoint_whose_mla_a_projections_are_not_quantized_is_not_judged_by
     checkpoint = clean_checkpoint(tmp_path / "clean")
     config = json.loads((checkpoint / "config.json").read_text())
     (checkpoint / "config.json").write_text(json.dumps({**config, "architectures": [GLM]}))
-    assert "Not loaded by" not in run_cli("check", checkpoint).stdout
+    assert "Not loaded by" not in run_cli_in_process("check", checkpoint).stdout
 
 
 def test_a_modelopt_checkpoint_is_not_judged_by_what_was_observed_of_compressed_tensors(tmp_path):
     """Synthetic: the MLA toys' modules in ModelOpt's names, which no exporter run here writes (the round trip
     exports the toy Qwen3-MoE and a dense Llama)."""
     to_modelopt(checkpoint := mla_checkpoint(tmp_path / "glm", GLM))
-    result = run_cli("check", checkpoint)
+    result = run_cli_in_process("check", checkpoint)
     assert "ModelOpt" in result.stdout and "Not loaded by" not in result.stdout
 
 
@@ -71,23 +71,23 @@ def test_an_architectures_entry_that_is_not_a_list_of_names_names_no_model_class
     checkpoint = mla_checkpoint(tmp_path / "glm", GLM)
     config = json.loads((checkpoint / "config.json").read_text())
     (checkpoint / "config.json").write_text(json.dumps({**config, "architectures": architectures}))
-    result = run_cli("check", checkpoint)
+    result = run_cli_in_process("check", checkpoint)
     assert result.returncode == 0 and "Not loaded by" not in result.stdout
 
 
 def test_strict_fails_a_checkpoint_an_engine_does_not_load(tmp_path):
-    assert run_cli("check", "--strict", mla_checkpoint(tmp_path / "glm", GLM)).returncode == 1
+    assert run_cli_in_process("check", "--strict", mla_checkpoint(tmp_path / "glm", GLM)).returncode == 1
 
 
 def test_json_names_the_engine_its_error_and_the_fix_that_loads_it(tmp_path):
-    document = json.loads(run_cli("check", "--json", mla_checkpoint(tmp_path / "glm", GLM)).stdout)
+    document = json.loads(run_cli_in_process("check", "--json", mla_checkpoint(tmp_path / "glm", GLM)).stdout)
     assert document["not_loaded_by"] == [
         {"consumer": sglang(GLM).consumer, "error": sglang(GLM).scalar.note, "loaded_by": ["sglang_patch plugin"]}
     ]
 
 
 def test_a_loader_that_copies_into_0_d_slots_is_left_to_nv101(checkpoint):
-    result = run_cli("check", checkpoint)
+    result = run_cli_in_process("check", checkpoint)
     assert "NV101" in result.stdout and "Not loaded by" not in result.stdout
 
 
@@ -96,7 +96,7 @@ def released(family: str) -> list[Observation]:
 
 
 def test_nv101s_message_says_what_vllm_transformers_and_a_copy_loader_were_seen_to_do_with_1_scales(checkpoint):
-    message = json.loads(run_cli("check", "--json", checkpoint).stdout)["findings"][0]["message"]
+    message = json.loads(run_cli_in_process("check", "--json", checkpoint).stdout)["findings"][0]["message"]
     versions = [o.consumer.split()[1].removesuffix(".0") for o in released("vllm")]
     assert f"vLLM {', '.join(versions[:-1])} and {versions[-1]} load it (observed), and so does transformers" in message
     assert all(o.legacy.loads for o in released("vllm") + released("transformers"))
@@ -106,10 +106,10 @@ def test_nv101s_message_says_what_vllm_transformers_and_a_copy_loader_were_seen_
 
 
 def test_nv103s_message_says_vllm_and_transformers_load_0_d_scales(checkpoint):
-    run_cli("migrate", checkpoint)
+    run_cli_in_process("migrate", checkpoint)
     config = json.loads((checkpoint / "config.json").read_text())
     del config["quantization_config"]["format_version"]
     (checkpoint / "config.json").write_text(json.dumps(config))
-    (finding,) = json.loads(run_cli("check", "--json", checkpoint).stdout)["findings"]
+    (finding,) = json.loads(run_cli_in_process("check", "--json", checkpoint).stdout)["findings"]
     assert finding["code"] == "NV103" and finding["message"].endswith("vLLM and transformers load it")
     assert all(o.scalar.loads for o in released("vllm") + released("transformers"))

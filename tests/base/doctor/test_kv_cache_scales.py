@@ -17,7 +17,7 @@ import pytest
 
 from scalar_scales.nvfp4 import COMPRESSED_TENSORS_LAYOUT
 from scalar_scales_testkit.broken import CORPUS, clean_checkpoint, rewrite_shard, shard_of
-from scalar_scales_testkit.cli import run_cli
+from scalar_scales_testkit.cli import run_cli_in_process
 from scalar_scales_testkit.modelopt_exports import copy_of_export, exported
 
 MODELOPT_K = "model.layers.1.self_attn.k_proj.k_scale"
@@ -48,14 +48,14 @@ def compressed_tensors_with_kv_scales(directory, k=1.0, v=1.0):
 
 
 def kv_findings(checkpoint):
-    document = json.loads(run_cli("check", checkpoint, "--json").stdout)
+    document = json.loads(run_cli_in_process("check", checkpoint, "--json").stdout)
     return {
         f["tensor"]: f for f in document["findings"] if f["tensor"] and f["tensor"].endswith(("k_scale", "v_scale"))
     }
 
 
 def test_the_real_fp8_kv_export_passes_and_says_how_many_kv_cache_scales_it_checked():
-    result = run_cli("check", exported("nvfp4-fp8-kv"))
+    result = run_cli_in_process("check", exported("nvfp4-fp8-kv"))
     assert result.returncode == 0, result.stdout
     assert result.stdout.splitlines()[0].endswith(", 4 KV-cache scales")
 
@@ -68,7 +68,7 @@ def test_a_k_scale_of_0_in_an_export_is_an_error_that_says_vllm_refuses_the_mode
         "is 0.0: vLLM's quantized KV cache refuses to load the model (its KV-cache method asserts k_scale > 0; "
         "observed: the engine does not start)"
     )
-    assert run_cli("check", checkpoint).returncode == 1
+    assert run_cli_in_process("check", checkpoint).returncode == 1
 
 
 def test_a_v_scale_of_nan_in_an_export_says_vllm_uses_k_scale_in_its_place(tmp_path):
@@ -93,7 +93,7 @@ def test_compressed_tensors_kv_scales_of_shape_1_are_checked_by_default(tmp_path
 
 def test_intact_compressed_tensors_kv_scales_of_shape_1_give_no_finding(tmp_path):
     checkpoint = compressed_tensors_with_kv_scales(tmp_path / "ct")
-    result = run_cli("check", checkpoint)
+    result = run_cli_in_process("check", checkpoint)
     assert result.returncode == 0, result.stdout
     assert result.stdout.splitlines()[0].endswith("(0 (1,), 48 0-D), 2 KV-cache scales")
 

@@ -16,7 +16,7 @@ import pytest
 from scalar_scales.nvfp4 import MODELOPT_LAYOUT
 from scalar_scales_testkit.broken import EXPERT, MODELOPT_CORPUS
 from scalar_scales_testkit.checkpoints import described, tensor_bytes
-from scalar_scales_testkit.cli import rewrite_header, run_cli, snapshot
+from scalar_scales_testkit.cli import rewrite_header, run_cli_in_process, snapshot
 from scalar_scales_testkit.modelopt_exports import EXPORTS, copy_of_export, exported
 
 COMPRESSED_TENSORS_OWN = {"NV102", "NV103", "NV604"}
@@ -33,12 +33,12 @@ def declared_in_hf_quant_config_only(checkpoint):
 
 
 def checked(checkpoint, *args):
-    return json.loads(run_cli("check", checkpoint, "--json", *args).stdout)
+    return json.loads(run_cli_in_process("check", checkpoint, "--json", *args).stdout)
 
 
 @pytest.mark.parametrize("name", EXPORTS)
 def test_every_real_export_passes_under_its_own_format_name_and_declaration_file(name):
-    result = run_cli("check", exported(name))
+    result = run_cli_in_process("check", exported(name))
     lines = result.stdout.splitlines()
     assert result.returncode == 0, result.stdout
     assert f"ModelOpt {FORMATS.get(name, 'NVFP4')} (config.json)" in lines[0]
@@ -55,13 +55,13 @@ def test_the_rules_applied_to_a_real_export_leave_out_compressed_tensors_own(nam
 
 def test_an_export_declared_in_hf_quant_config_json_alone_passes_naming_that_file(tmp_path):
     checkpoint = declared_in_hf_quant_config_only(copy_of_export(tmp_path / "export"))
-    result = run_cli("check", checkpoint)
+    result = run_cli_in_process("check", checkpoint)
     assert result.returncode == 0, result.stdout
     assert "ModelOpt NVFP4 (hf_quant_config.json)" in result.stdout.splitlines()[0]
 
 
 def test_mixed_precision_checks_its_nvfp4_experts_and_holds_its_fp8_attention_to_the_config():
-    lines = run_cli("check", exported("mixed")).stdout.splitlines()
+    lines = run_cli_in_process("check", exported("mixed")).stdout.splitlines()
     assert "config group NVFP4 (group size 16), NVFP4 W4A4: 48" in lines[1]
     assert "8 quantized another way" in lines[1]
 
@@ -93,7 +93,7 @@ def test_nv601_names_the_key_the_exclusions_came_from(tmp_path, declared_in, key
 def test_migrate_says_there_is_nothing_to_migrate_in_a_real_export_and_changes_nothing(tmp_path):
     checkpoint = copy_of_export(tmp_path / "export")
     before = snapshot(checkpoint)
-    result = run_cli("migrate", checkpoint)
+    result = run_cli_in_process("migrate", checkpoint)
     assert result.returncode == 0, result.stderr
     assert result.stdout == (
         f"{checkpoint}: nothing to migrate: a ModelOpt NVFP4 checkpoint, whose 112 scales are 0-D, as ModelOpt "
@@ -111,27 +111,27 @@ def with_1_scales(checkpoint):
 def test_nv101_on_an_export_advises_migrate_and_migrate_makes_its_scales_0_d_as_the_export_had_them(tmp_path, name):
     """Every tensor gets back the dtype, shape and bytes the exporter wrote (the header's text may differ)."""
     checkpoint = with_1_scales(copy_of_export(tmp_path / "export", name))
-    assert f"fix: scalar-scales migrate {checkpoint}" in run_cli("check", checkpoint).stdout
-    result = run_cli("migrate", checkpoint)
+    assert f"fix: scalar-scales migrate {checkpoint}" in run_cli_in_process("check", checkpoint).stdout
+    result = run_cli_in_process("migrate", checkpoint)
     assert result.returncode == 0, result.stderr
     assert "changed 112 of 112 scales to 0-D" in result.stdout
     assert "; ModelOpt's configs have no marker to update" in result.stdout
     assert described(checkpoint) == described(exported(name))
     assert tensor_bytes(checkpoint) == tensor_bytes(exported(name))
-    assert run_cli("check", checkpoint).returncode == 0
+    assert run_cli_in_process("check", checkpoint).returncode == 0
 
 
 def test_migrate_of_a_modelopt_checkpoint_changes_neither_config(tmp_path):
     checkpoint = with_1_scales(copy_of_export(tmp_path / "export"))
     configs = {name: (checkpoint / name).read_bytes() for name in ("config.json", "hf_quant_config.json")}
-    run_cli("migrate", checkpoint)
+    run_cli_in_process("migrate", checkpoint)
     assert {name: (checkpoint / name).read_bytes() for name in configs} == configs
 
 
 def test_migrate_refuses_to_write_a_compressed_tensors_layout_into_a_modelopt_checkpoint(tmp_path):
     checkpoint = copy_of_export(tmp_path / "export")
     before = snapshot(checkpoint)
-    result = run_cli("migrate", checkpoint, "--to", "legacy")
+    result = run_cli_in_process("migrate", checkpoint, "--to", "legacy")
     assert result.returncode == 2
     assert "is a ModelOpt checkpoint" in result.stderr
     assert snapshot(checkpoint) == before
@@ -142,7 +142,7 @@ def test_migrate_refuses_a_modelopt_scale_that_holds_more_than_one_value(tmp_pat
     tensor = f"{EXPERT}.down_proj.weight_scale_2"
     rewrite_header(checkpoint / "model.safetensors", lambda header: header[tensor].update(shape=[1, 1]))
     before = snapshot(checkpoint)
-    result = run_cli("migrate", checkpoint)
+    result = run_cli_in_process("migrate", checkpoint)
     assert result.returncode == 2
     assert tensor in result.stderr
     assert snapshot(checkpoint) == before
@@ -168,5 +168,5 @@ def test_an_uncalibrated_expert_in_an_export_has_the_effect_the_engine_showed_ot
 
 
 def test_the_rule_reference_gives_the_effect_seen_on_modelopt_checkpoints_where_it_differs():
-    reference = run_cli("rule", "NV301").stdout
+    reference = run_cli_in_process("rule", "NV301").stdout
     assert "\nEffect on modelopt checkpoints: `wrong-output` (vLLM starts and generates other tokens" in reference

@@ -8,7 +8,6 @@ import math
 import shlex
 import struct
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ import pytest
 from scalar_scales.doctor import RULES
 from scalar_scales.sources import read_headers
 from scalar_scales_testkit.broken import clean_checkpoint
-from scalar_scales_testkit.cli import make_checkpoint, renamed, run_cli, shards
+from scalar_scales_testkit.cli import make_checkpoint, renamed, run_cli, run_cli_in_process, shards
 
 
 def set_value(checkpoint: Path, suffix: str, value: float) -> str:
@@ -33,8 +32,7 @@ def set_value(checkpoint: Path, suffix: str, value: float) -> str:
 
 def check_in(folder: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
     """``scalar-scales check ARGS`` run in ``folder``, as a CI step runs in its workspace."""
-    command = [sys.executable, "-m", "scalar_scales", "check", *map(str, args)]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=folder)
+    return run_cli_in_process("check", *args, cwd=folder)
 
 
 @pytest.fixture
@@ -48,12 +46,13 @@ def broken(checkpoint: Path) -> tuple[Path, str]:
 
 def test_output_format_json_prints_what_json_prints(checkpoint):
     assert (
-        run_cli("check", checkpoint, "--output-format", "json").stdout == run_cli("check", checkpoint, "--json").stdout
+        run_cli_in_process("check", checkpoint, "--output-format", "json").stdout
+        == run_cli_in_process("check", checkpoint, "--json").stdout
     )
 
 
 def test_json_with_another_output_format_is_refused_in_one_line(checkpoint):
-    result = run_cli("check", checkpoint, "--json", "--output-format", "github")
+    result = run_cli_in_process("check", checkpoint, "--json", "--output-format", "github")
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr == (
         "scalar-scales check: error: --json is --output-format json; it cannot be given with --output-format github "
@@ -62,11 +61,11 @@ def test_json_with_another_output_format_is_refused_in_one_line(checkpoint):
 
 
 def test_json_with_output_format_json_is_accepted(checkpoint):
-    assert run_cli("check", checkpoint, "--json", "--output-format", "json").returncode == 0
+    assert run_cli_in_process("check", checkpoint, "--json", "--output-format", "json").returncode == 0
 
 
 def test_an_unknown_output_format_is_refused(checkpoint):
-    result = run_cli("check", checkpoint, "--output-format", "xml")
+    result = run_cli_in_process("check", checkpoint, "--output-format", "xml")
     assert result.returncode == 2 and len(result.stderr.splitlines()) == 1 and "'xml'" in result.stderr
 
 
@@ -89,7 +88,7 @@ CASES = {"clean": clean_checkpoint, "legacy": make_checkpoint, "broken": broken_
 def test_every_format_exits_with_the_same_code(tmp_path, case):
     checkpoint = CASES[case](tmp_path / "ckpt")
     codes = {
-        output_format: run_cli("check", checkpoint, "--output-format", output_format).returncode
+        output_format: run_cli_in_process("check", checkpoint, "--output-format", output_format).returncode
         for output_format in FORMATS
     }
     assert set(codes.values()) == {1 if case == "broken" else 0}, codes
@@ -99,7 +98,7 @@ def test_every_format_refuses_an_unreadable_checkpoint_with_exit_2(tmp_path):
     checkpoint = make_checkpoint(tmp_path / "ckpt")
     shards(checkpoint)[0].write_bytes(b"\x01\x02")
     for output_format in FORMATS:
-        result = run_cli("check", checkpoint, "--output-format", output_format)
+        result = run_cli_in_process("check", checkpoint, "--output-format", output_format)
         assert (result.returncode, result.stdout, len(result.stderr.splitlines())) == (2, "", 1), output_format
 
 
@@ -111,13 +110,13 @@ def _unescaped(data: str) -> str:
 def test_json_sarif_and_github_with_show_all_have_the_same_findings(tmp_path, case):
     """JSON's (code, tensor, message) triples are SARIF's results and GitHub's annotations with --show-all."""
     checkpoint = CASES[case](tmp_path / "ckpt")
-    document = json.loads(run_cli("check", checkpoint, "--json").stdout)
+    document = json.loads(run_cli_in_process("check", checkpoint, "--json").stdout)
     expected = sorted((f["code"], f["tensor"], f"{f['tensor']}: {f['message']}") for f in document["findings"])
-    (run,) = json.loads(run_cli("check", checkpoint, "--output-format", "sarif").stdout)["runs"]
+    (run,) = json.loads(run_cli_in_process("check", checkpoint, "--output-format", "sarif").stdout)["runs"]
     in_sarif = sorted(
         (r["ruleId"], r["locations"][0]["logicalLocations"][0]["name"], r["message"]["text"]) for r in run["results"]
     )
-    github = run_cli("check", checkpoint, "--output-format", "github", "--show-all").stdout.splitlines()[:-1]
+    github = run_cli_in_process("check", checkpoint, "--output-format", "github", "--show-all").stdout.splitlines()[:-1]
     annotated = sorted(
         (
             line.partition(",title=")[2][:5],
@@ -133,7 +132,7 @@ def test_json_sarif_and_github_with_show_all_have_the_same_findings(tmp_path, ca
 
 @pytest.mark.parametrize("output_format", ["github", "sarif"])
 def test_list_is_refused_where_the_format_has_no_place_for_the_scales(checkpoint, output_format):
-    result = run_cli("check", checkpoint, "--list", "--output-format", output_format)
+    result = run_cli_in_process("check", checkpoint, "--list", "--output-format", output_format)
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr == (
         f"scalar-scales check: error: --list is for --output-format text or json; it cannot be given with "
@@ -144,7 +143,7 @@ def test_list_is_refused_where_the_format_has_no_place_for_the_scales(checkpoint
 @pytest.mark.parametrize("output_format", ["json", "github", "sarif"])
 def test_quiet_is_refused_with_every_format_but_text(checkpoint, output_format):
     """A document, annotations or a log reduced to the summary line would no longer be what its reader reads."""
-    result = run_cli("check", checkpoint, "--quiet", "--output-format", output_format)
+    result = run_cli_in_process("check", checkpoint, "--quiet", "--output-format", output_format)
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr == (
         f"scalar-scales check: error: --quiet is for --output-format text; it cannot be given with "
@@ -154,8 +153,8 @@ def test_quiet_is_refused_with_every_format_but_text(checkpoint, output_format):
 
 @pytest.mark.parametrize("output_format", ["json", "sarif"])
 def test_show_all_changes_nothing_where_every_finding_is_always_given(checkpoint, output_format):
-    plain = run_cli("check", checkpoint, "--output-format", output_format)
-    shown = run_cli("check", checkpoint, "--output-format", output_format, "--show-all")
+    plain = run_cli_in_process("check", checkpoint, "--output-format", output_format)
+    shown = run_cli_in_process("check", checkpoint, "--output-format", output_format, "--show-all")
     assert (shown.returncode, shown.stdout) == (plain.returncode, plain.stdout)
     assert plain.stdout.count("NV101") > 48
 
@@ -165,8 +164,8 @@ def test_show_all_changes_nothing_where_every_finding_is_always_given(checkpoint
 
 def test_exit_zero_exits_0_where_an_error_is_found(broken):
     checkpoint, _ = broken
-    assert run_cli("check", checkpoint).returncode == 1
-    result = run_cli("check", checkpoint, "--exit-zero", "--json")
+    assert run_cli_in_process("check", checkpoint).returncode == 1
+    result = run_cli_in_process("check", checkpoint, "--exit-zero", "--json")
     assert result.returncode == 0
     assert json.loads(result.stdout)["summary"]["exit_code"] == 0
     assert json.loads(result.stdout)["summary"]["errors"] == 1
@@ -176,18 +175,18 @@ def test_json_says_whether_the_check_failed_even_with_exit_zero(broken, tmp_path
     """`exit_code` is the command's, 0 with --exit-zero: `failed` keeps the verdict a CI reading the document
     wants."""
     checkpoint, _ = broken
-    summary = json.loads(run_cli("check", checkpoint, "--exit-zero", "--json").stdout)["summary"]
+    summary = json.loads(run_cli_in_process("check", checkpoint, "--exit-zero", "--json").stdout)["summary"]
     assert (summary["exit_code"], summary["failed"]) == (0, True)
     clean = clean_checkpoint(tmp_path / "clean")
-    assert json.loads(run_cli("check", clean, "--exit-zero", "--json").stdout)["summary"]["failed"] is False
+    assert json.loads(run_cli_in_process("check", clean, "--exit-zero", "--json").stdout)["summary"]["failed"] is False
 
 
 def test_exit_zero_with_strict_exits_0_on_warnings(checkpoint):
-    assert run_cli("check", checkpoint, "--strict", "--exit-zero").returncode == 0
+    assert run_cli_in_process("check", checkpoint, "--strict", "--exit-zero").returncode == 0
 
 
 def test_exit_zero_still_exits_2_for_an_unreadable_checkpoint(tmp_path):
-    result = run_cli("check", tmp_path / "missing", "--exit-zero")
+    result = run_cli_in_process("check", tmp_path / "missing", "--exit-zero")
     assert result.returncode == 2 and len(result.stderr.splitlines()) == 1
 
 
@@ -196,7 +195,7 @@ def test_exit_zero_still_exits_2_for_an_unreadable_checkpoint(tmp_path):
 
 def test_errors_are_reported_before_warnings_whatever_their_codes(broken):
     checkpoint, name = broken
-    lines = run_cli("check", checkpoint, env={"COLUMNS": None}).stdout.splitlines()
+    lines = run_cli_in_process("check", checkpoint, env={"COLUMNS": None}).stdout.splitlines()
     groups = [line.split()[0] for line in lines if line.startswith("NV")]
     assert groups == ["NV301", "NV101"]
     assert lines[-1] == "Found 49 findings: 1 error, 48 warnings (NV301 1, NV101 48)."
@@ -207,18 +206,20 @@ def test_errors_are_reported_before_warnings_whatever_their_codes(broken):
 
 def test_one_finding_is_counted_in_the_singular(clean_in_tmp):
     set_value(clean_in_tmp, "input_global_scale", 0.0)
-    assert run_cli("check", clean_in_tmp, "--quiet").stdout == "Found 1 finding: 1 error (NV301 1).\n"
+    assert run_cli_in_process("check", clean_in_tmp, "--quiet").stdout == "Found 1 finding: 1 error (NV301 1).\n"
 
 
 def test_one_shard_is_counted_in_the_singular(tmp_path):
     checkpoint = make_checkpoint(tmp_path / "one", shards=1)
-    assert run_cli("check", checkpoint).stdout.startswith(f"{checkpoint}: 1 shard, ")
+    assert run_cli_in_process("check", checkpoint).stdout.startswith(f"{checkpoint}: 1 shard, ")
 
 
 def test_the_fix_command_quotes_a_folder_name_for_the_shell(tmp_path):
     """The command is one to paste: a folder whose name holds a space is one argument, not two."""
     checkpoint = make_checkpoint(tmp_path / "my ckpt")
-    (nv101,) = [line for line in run_cli("check", checkpoint).stdout.splitlines() if line.startswith("NV101 ")]
+    (nv101,) = [
+        line for line in run_cli_in_process("check", checkpoint).stdout.splitlines() if line.startswith("NV101 ")
+    ]
     command = nv101.partition("; fix: ")[2]
     assert command == f"scalar-scales migrate '{checkpoint}'"
     assert shlex.split(command) == ["scalar-scales", "migrate", str(checkpoint)]
@@ -227,7 +228,7 @@ def test_the_fix_command_quotes_a_folder_name_for_the_shell(tmp_path):
 def test_findings_that_differ_in_why_are_shown_under_each_why(clean_in_tmp):
     set_value(clean_in_tmp, "input_global_scale", 0.0)
     set_value(clean_in_tmp, "weight_global_scale", math.nan)
-    lines = run_cli("check", clean_in_tmp, env={"COLUMNS": None}).stdout.splitlines()
+    lines = run_cli_in_process("check", clean_in_tmp, env={"COLUMNS": None}).stdout.splitlines()
     whys = [line for line in lines if line.startswith("  vLLM computes with 1/scale")]
     details = [line.rpartition("  ")[2] for line in lines if line.startswith("    model-")]
     assert len(whys) == 2 and sorted(details) == ["is 0", "is NaN"]
@@ -235,21 +236,21 @@ def test_findings_that_differ_in_why_are_shown_under_each_why(clean_in_tmp):
 
 def test_the_json_findings_keep_rule_code_order(broken):
     checkpoint, _ = broken
-    codes = [f["code"] for f in json.loads(run_cli("check", checkpoint, "--json").stdout)["findings"]]
+    codes = [f["code"] for f in json.loads(run_cli_in_process("check", checkpoint, "--json").stdout)["findings"]]
     assert codes == sorted(codes) and codes[0] == "NV101" and codes[-1] == "NV301"
 
 
 def test_a_json_finding_is_its_detail_and_its_why_as_one_message(broken):
     checkpoint, name = broken
-    findings = json.loads(run_cli("check", checkpoint, "--json").stdout)["findings"]
+    findings = json.loads(run_cli_in_process("check", checkpoint, "--json").stdout)["findings"]
     (nan,) = [f for f in findings if f["code"] == "NV301"]
     assert (nan["tensor"], nan["detail"]) == (name, "is NaN")
     assert nan["message"] == f"{nan['detail']}: {nan['why']}"
 
 
 def test_a_local_check_names_no_commit(checkpoint):
-    assert json.loads(run_cli("check", checkpoint, "--json").stdout)["summary"]["commit"] is None
-    assert "(commit" not in run_cli("check", checkpoint).stdout.splitlines()[0]
+    assert json.loads(run_cli_in_process("check", checkpoint, "--json").stdout)["summary"]["commit"] is None
+    assert "(commit" not in run_cli_in_process("check", checkpoint).stdout.splitlines()[0]
 
 
 # GitHub annotations

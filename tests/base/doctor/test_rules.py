@@ -10,7 +10,7 @@ import pytest
 
 import scalar_scales
 from scalar_scales.doctor import RULES, reference_document
-from scalar_scales_testkit.cli import run_cli
+from scalar_scales_testkit.cli import run_cli_in_process
 
 DOCS = Path(__file__).parents[3] / "docs"
 PACKAGE = Path(scalar_scales.__file__).parent
@@ -23,14 +23,14 @@ def test_docs_rules_md_is_what_the_catalogue_generates():
 
 
 def test_rule_all_prints_the_reference_docs_rules_md_holds():
-    result = run_cli("rule", "--all")
+    result = run_cli_in_process("rule", "--all")
     assert (result.returncode, result.stdout) == (0, reference_document())
 
 
 @pytest.mark.parametrize("code", RULES)
 def test_rule_code_prints_that_rules_reference(code):
     rule = RULES[code]
-    result = run_cli("rule", code.lower())
+    result = run_cli_in_process("rule", code.lower())
     assert result.returncode == 0
     lines = result.stdout.splitlines()
     assert lines[0] == f"### {code} {rule.name} ({rule.severity})"
@@ -39,7 +39,7 @@ def test_rule_code_prints_that_rules_reference(code):
 
 
 def test_an_unknown_rule_code_is_one_line_and_exit_2():
-    result = run_cli("rule", "NV999")
+    result = run_cli_in_process("rule", "NV999")
     assert result.returncode == 2
     assert result.stdout == ""
     assert result.stderr.count("\n") == 1 and "unknown rule code 'NV999'" in result.stderr
@@ -47,7 +47,7 @@ def test_an_unknown_rule_code_is_one_line_and_exit_2():
 
 def test_rule_needs_a_code_or_all():
     for arguments in ((), ("--all", "NV101")):
-        result = run_cli("rule", *arguments)
+        result = run_cli_in_process("rule", *arguments)
         assert result.returncode == 2 and result.stderr.count("\n") == 1
 
 

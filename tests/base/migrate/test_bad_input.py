@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from scalar_scales_testkit.cli import holding_the_lock, make_checkpoint, rewrite_header, run_cli, shards, snapshot
+from scalar_scales_testkit.cli import (
+    holding_the_lock,
+    make_checkpoint,
+    rewrite_header,
+    run_cli_in_process,
+    shards,
+    snapshot,
+)
 
 
 def truncate(path: Path) -> None:
@@ -95,7 +102,7 @@ def test_migrate_refuses_bad_input_and_changes_nothing(tmp_path, case):
     corrupt(victim)
     before = snapshot(checkpoint)
 
-    result = run_cli("migrate", checkpoint)
+    result = run_cli_in_process("migrate", checkpoint)
 
     assert result.returncode == 2
     assert result.stdout == ""
@@ -110,7 +117,7 @@ def test_check_reports_bad_input_with_exit_2(tmp_path, case):
     corrupt, problem = CASES[case]
     checkpoint = make_checkpoint(tmp_path / "ckpt")
     corrupt(shards(checkpoint)[1])
-    result = run_cli("check", checkpoint)
+    result = run_cli_in_process("check", checkpoint)
     assert result.returncode == 2
     assert problem in result.stderr
     assert "Traceback" not in result.stderr
@@ -120,7 +127,7 @@ def test_check_reports_bad_input_with_exit_2(tmp_path, case):
 def test_migrate_refuses_while_another_migrate_holds_the_lock(checkpoint, env):
     with holding_the_lock(checkpoint, env):
         before = snapshot(checkpoint)
-        result = run_cli("migrate", checkpoint, env=env)
+        result = run_cli_in_process("migrate", checkpoint, env=env)
     assert result.returncode == 2
     assert result.stderr.strip() == f"scalar-scales: error: {checkpoint}: another migrate is running on this checkpoint"
     assert snapshot(checkpoint) == before
@@ -129,7 +136,7 @@ def test_migrate_refuses_while_another_migrate_holds_the_lock(checkpoint, env):
 def test_a_read_only_config_is_refused_before_any_shard_changes(checkpoint):
     (checkpoint / "config.json").chmod(0o444)
     before = snapshot(checkpoint)
-    result = run_cli("migrate", checkpoint)
+    result = run_cli_in_process("migrate", checkpoint)
     assert result.returncode == 2
     assert f"{checkpoint / 'config.json'}: is read-only" in result.stderr
     assert snapshot(checkpoint) == before
@@ -139,7 +146,7 @@ def test_errors_name_the_shard_even_when_it_is_the_last_of_many(tmp_path):
     checkpoint = make_checkpoint(tmp_path / "ckpt", shards=10, experts=8)
     victim = shards(checkpoint)[-1]
     byte_count_mismatch(victim)
-    result = run_cli("migrate", checkpoint)
+    result = run_cli_in_process("migrate", checkpoint)
     assert result.returncode == 2
     assert str(victim) in result.stderr
     assert os.path.exists(victim)

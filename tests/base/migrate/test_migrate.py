@@ -11,7 +11,7 @@ from scalar_scales_testkit.cli import (
     data_digest,
     make_checkpoint,
     rewrite_header,
-    run_cli,
+    run_cli_in_process,
     shards,
     snapshot,
     write_scales_natively_0_d,
@@ -32,7 +32,7 @@ def format_version(folder):
 
 
 def test_migrate_makes_every_global_scale_0d_and_declares_format_version_2(checkpoint):
-    result = run_cli("migrate", checkpoint)
+    result = run_cli_in_process("migrate", checkpoint)
     assert result.returncode == 0, result.stderr
     assert scale_shapes(checkpoint) == {()}
     assert format_version(checkpoint) == 2
@@ -41,7 +41,7 @@ def test_migrate_makes_every_global_scale_0d_and_declares_format_version_2(check
 
 def test_migrate_changes_exactly_one_header_byte_per_scale_and_no_data_byte(checkpoint):
     before = {p.name: p.read_bytes() for p in shards(checkpoint)}
-    assert run_cli("migrate", checkpoint).returncode == 0
+    assert run_cli_in_process("migrate", checkpoint).returncode == 0
     for shard in shards(checkpoint):
         old, new = before[shard.name], shard.read_bytes()
         assert len(old) == len(new)
@@ -53,9 +53,9 @@ def test_migrate_changes_exactly_one_header_byte_per_scale_and_no_data_byte(chec
 
 
 def test_a_second_migrate_changes_nothing_and_says_so(checkpoint):
-    assert run_cli("migrate", checkpoint).returncode == 0
+    assert run_cli_in_process("migrate", checkpoint).returncode == 0
     after_first = snapshot(checkpoint)
-    result = run_cli("migrate", checkpoint)
+    result = run_cli_in_process("migrate", checkpoint)
     assert result.returncode == 0
     assert "nothing to change: all 48 scales are already 0-D and config.json declares format_version 2" in result.stdout
     assert snapshot(checkpoint) == after_first
@@ -63,11 +63,11 @@ def test_a_second_migrate_changes_nothing_and_says_so(checkpoint):
 
 def test_migrate_to_legacy_and_back_gives_back_the_same_bytes(checkpoint):
     legacy = snapshot(checkpoint)
-    assert run_cli("migrate", checkpoint).returncode == 0
+    assert run_cli_in_process("migrate", checkpoint).returncode == 0
     scalar = snapshot(checkpoint)
-    assert run_cli("migrate", checkpoint, "--to", "legacy").returncode == 0
+    assert run_cli_in_process("migrate", checkpoint, "--to", "legacy").returncode == 0
     assert snapshot(checkpoint) == legacy
-    assert run_cli("migrate", checkpoint).returncode == 0
+    assert run_cli_in_process("migrate", checkpoint).returncode == 0
     assert snapshot(checkpoint) == scalar
 
 
@@ -75,7 +75,7 @@ def test_migrate_to_legacy_rewrites_a_header_with_no_byte_to_spare(checkpoint):
     """Natively written 0-D scales say `[]`: (1,) needs a longer header, so the shard is rewritten whole."""
     write_scales_natively_0_d(checkpoint)
     digests = {p.name: data_digest(p) for p in shards(checkpoint)}
-    result = run_cli("migrate", checkpoint, "--to", "legacy")
+    result = run_cli_in_process("migrate", checkpoint, "--to", "legacy")
     assert result.returncode == 0, result.stderr
     assert "3 rewritten to new files" in result.stdout
     assert scale_shapes(checkpoint) == {(1,)}
@@ -85,14 +85,14 @@ def test_migrate_to_legacy_rewrites_a_header_with_no_byte_to_spare(checkpoint):
 
 def test_dry_run_reports_and_changes_nothing(checkpoint):
     before = snapshot(checkpoint)
-    result = run_cli("migrate", checkpoint, "--dry-run")
+    result = run_cli_in_process("migrate", checkpoint, "--dry-run")
     assert result.returncode == 0
     assert "would change 48 of 48 scales to 0-D in 3 of 3 shards; config.json format_version 1 -> 2" in result.stdout
     assert snapshot(checkpoint) == before
 
 
 def test_json_output_describes_the_migration(checkpoint):
-    result = run_cli("migrate", checkpoint, "--json")
+    result = run_cli_in_process("migrate", checkpoint, "--json")
     report = json.loads(result.stdout)
     assert report["scales_changed"] == report["scales_total"] == 48
     assert (report["format_version_before"], report["format_version_after"]) == (1, 2)
@@ -102,7 +102,7 @@ def test_json_output_describes_the_migration(checkpoint):
 def test_a_checkpoint_of_many_shards_is_migrated_whole(tmp_path):
     """Enough shards for worker processes (tests/base/system/test_portable.py shows that they run)."""
     checkpoint = make_checkpoint(tmp_path / "ckpt", shards=12, experts=8)
-    assert run_cli("migrate", checkpoint).returncode == 0
+    assert run_cli_in_process("migrate", checkpoint).returncode == 0
     assert scale_shapes(checkpoint) == {()}
     assert len(shards(checkpoint)) == 12
 
@@ -112,7 +112,7 @@ def test_a_folder_with_one_model_safetensors(tmp_path):
     (only,) = shards(checkpoint)
     only.rename(checkpoint / "model.safetensors")
     (checkpoint / "model.safetensors.index.json").unlink()
-    assert run_cli("migrate", checkpoint).returncode == 0
+    assert run_cli_in_process("migrate", checkpoint).returncode == 0
     assert scale_shapes(checkpoint) == {()}
     assert format_version(checkpoint) == 2
 
@@ -120,7 +120,7 @@ def test_a_folder_with_one_model_safetensors(tmp_path):
 def test_a_single_file_is_migrated_and_no_config_is_touched(checkpoint):
     shard = shards(checkpoint)[0]
     config = (checkpoint / "config.json").read_bytes()
-    result = run_cli("migrate", shard)
+    result = run_cli_in_process("migrate", shard)
     assert result.returncode == 0
     assert "no config.json to update" in result.stdout
     assert scale_shapes(shard) == {()}
@@ -150,7 +150,7 @@ def test_another_format_is_refused_with_an_explanation(checkpoint):
 def test_include_names_other_per_tensor_scales(checkpoint):
     make_fp8_like(checkpoint)
     config = (checkpoint / "config.json").read_bytes()
-    result = run_cli("migrate", checkpoint, "--include", "*.input_scale_pt")
+    result = run_cli_in_process("migrate", checkpoint, "--include", "*.input_scale_pt")
     assert result.returncode == 0, result.stderr
     shapes = {
         name: shape
@@ -171,7 +171,7 @@ def test_hugging_face_cache_links_are_refused_by_default(tmp_path):
 def test_materialize_replaces_links_with_edited_copies_and_leaves_blobs_alone(tmp_path):
     snapshot_dir, blobs = hf_cache(tmp_path)
     before = snapshot(blobs)
-    result = run_cli("migrate", snapshot_dir, "--materialize")
+    result = run_cli_in_process("migrate", snapshot_dir, "--materialize")
     assert result.returncode == 0, result.stderr
     assert all(not p.is_symlink() for p in shards(snapshot_dir))
     assert scale_shapes(snapshot_dir) == {()}

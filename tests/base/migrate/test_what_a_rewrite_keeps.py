@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from scalar_scales.migrate import migrate_checkpoint
-from scalar_scales_testkit.cli import make_checkpoint, run_cli, shards, snapshot, write_scales_natively_0_d
+from scalar_scales_testkit.cli import make_checkpoint, run_cli_in_process, shards, snapshot, write_scales_natively_0_d
 
 root_only = pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="gives files away: root only")
 linux_only = pytest.mark.skipif(not hasattr(os, "setxattr"), reason="extended attributes: Linux")
@@ -66,7 +66,7 @@ def test_root_keeps_setuid_and_setgid_of_another_users_config_json(checkpoint):
     config = checkpoint / "config.json"
     os.chown(config, OTHER, OTHER)
     config.chmod(0o6664)
-    assert run_cli("migrate", checkpoint).returncode == 0
+    assert run_cli_in_process("migrate", checkpoint).returncode == 0
     assert (config.stat().st_uid, config.stat().st_gid, stat.S_IMODE(config.stat().st_mode)) == (OTHER, OTHER, 0o6664)
 
 
@@ -77,7 +77,7 @@ def test_config_json_keeps_its_acl_and_extended_attributes(attributed):
     os.setxattr(config, "user.origin", b"hub")
     os.setxattr(config, "system.posix_acl_access", GROUP_READS_UNDER_A_WRITABLE_MASK)
     before = kept(config)
-    assert run_cli("migrate", checkpoint).returncode == 0
+    assert run_cli_in_process("migrate", checkpoint).returncode == 0
     assert kept(config) == before and "format_version" in config.read_text()
 
 
@@ -100,7 +100,7 @@ def test_a_read_only_shard_whose_header_must_grow_is_refused_and_nothing_changes
     write_scales_natively_0_d(checkpoint)
     shards(checkpoint)[0].chmod(0o444)
     before = snapshot(checkpoint)
-    result = run_cli("migrate", "--to", "legacy", checkpoint)
+    result = run_cli_in_process("migrate", "--to", "legacy", checkpoint)
     assert result.returncode == 2 and result.stderr.strip().endswith(f"{shards(checkpoint)[0]}: is read-only")
     assert snapshot(checkpoint) == before
 

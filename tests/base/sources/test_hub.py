@@ -11,7 +11,7 @@ import pytest
 from scalar_scales.nvfp4 import COMPRESSED_TENSORS_LAYOUT, MODELOPT_LAYOUT
 from scalar_scales.sources import shard_name
 from scalar_scales_testkit.broken import CORPUS, MODELOPT_CORPUS, clean_checkpoint
-from scalar_scales_testkit.cli import corrupt_header, make_checkpoint, run_cli, shards
+from scalar_scales_testkit.cli import corrupt_header, make_checkpoint, run_cli, run_cli_in_process, shards
 from scalar_scales_testkit.hub_server import HubRepository, client_environment, serve_hub
 from scalar_scales_testkit.modelopt_exports import copy_of_export
 from scalar_scales_testkit.synthetic import write_synthetic_checkpoint
@@ -30,7 +30,7 @@ def comparable(result) -> list[tuple]:
 def check_both(checkpoint: Path, tmp_path: Path, *args: str):
     with serve_hub({"org/model": HubRepository({"main": checkpoint})}) as (endpoint, served):
         remote = run_cli("check", "hf://org/model", "--json", *args, env=client_environment(endpoint, tmp_path))
-    local = run_cli("check", checkpoint, "--json", *args)
+    local = run_cli_in_process("check", checkpoint, "--json", *args)
     return local, remote, served
 
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from scalar_scales.sources import INDEX_NAME, resolve_checkpoint
-from scalar_scales_testkit.cli import make_checkpoint, run_cli, snapshot
+from scalar_scales_testkit.cli import make_checkpoint, run_cli_in_process, snapshot
 
 
 def test_a_safetensors_file_the_index_does_not_name_is_never_opened(tmp_path):
@@ -26,7 +26,7 @@ def test_a_safetensors_file_the_index_does_not_name_is_never_opened(tmp_path):
             timeout=120,
         )
         assert result.returncode in (0, 1), result.stderr
-    expected = json.loads(run_cli("check", checkpoint, "--json").stdout)
+    expected = json.loads(run_cli_in_process("check", checkpoint, "--json").stdout)
     assert expected["summary"]["shards"] == 12
 
 
@@ -36,7 +36,7 @@ def test_a_shard_the_index_names_that_is_not_in_the_folder_is_refused_naming_it(
     missing.unlink()
     before = snapshot(checkpoint)
     for command in ("check", "migrate"):
-        result = run_cli(command, checkpoint)
+        result = run_cli_in_process(command, checkpoint)
         assert (result.returncode, result.stderr) == (
             2,
             f"scalar-scales: error: {missing}: named in {INDEX_NAME} but missing\n",
@@ -61,7 +61,7 @@ def test_a_weight_map_entry_that_is_not_a_file_name_is_refused_naming_its_tensor
     (checkpoint / INDEX_NAME).write_text(json.dumps(index))
     before = snapshot(checkpoint)
     for command in ("check", "migrate"):
-        result = run_cli(command, checkpoint)
+        result = run_cli_in_process(command, checkpoint)
         assert (result.returncode, result.stderr) == (
             2,
             f"scalar-scales: error: {checkpoint / INDEX_NAME}: weight_map maps {tensor!r} to {value!r}, "

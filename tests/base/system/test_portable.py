@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from scalar_scales.system.lock import LOCK_FILE_NAME, FolderLocked, folder_lock
-from scalar_scales_testkit.cli import data_digest, make_checkpoint, rewrite_header, run_cli, shards, snapshot
+from scalar_scales_testkit.cli import data_digest, make_checkpoint, rewrite_header, run_cli_in_process, shards, snapshot
 
 PORTABLE = {"SCALAR_SCALES_PORTABLE": "1"}
 
@@ -23,12 +23,12 @@ def portable(monkeypatch):
 
 def test_the_portable_path_migrates_and_checks_like_linux(tmp_path):
     linux, portable = (make_checkpoint(tmp_path / name, shards=12, experts=8) for name in ("linux", "portable"))
-    assert run_cli("migrate", linux).returncode == 0
-    result = run_cli("migrate", portable, env=PORTABLE)
+    assert run_cli_in_process("migrate", linux).returncode == 0
+    result = run_cli_in_process("migrate", portable, env=PORTABLE)
     assert result.returncode == 0, result.stderr
     assert snapshot(portable) == snapshot(linux)
     summaries = [
-        json.loads(run_cli("check", path, "--json", env=env).stdout)["summary"] | {"checkpoint": None}
+        json.loads(run_cli_in_process("check", path, "--json", env=env).stdout)["summary"] | {"checkpoint": None}
         for path, env in ((portable, PORTABLE), (linux, None))
     ]
     assert summaries[0] == summaries[1] and summaries[0]["scalar"] == 96
@@ -82,15 +82,17 @@ def test_a_header_that_grows_is_rewritten_with_plain_reads_and_writes(checkpoint
             shard, lambda h: {n: (s | {"shape": []} if n.endswith("_global_scale") else s) for n, s in h.items()}
         )
     digests = {p.name: data_digest(p) for p in shards(checkpoint)}
-    result = run_cli("migrate", checkpoint, "--to", "legacy", env=PORTABLE)
+    result = run_cli_in_process("migrate", checkpoint, "--to", "legacy", env=PORTABLE)
     assert result.returncode == 0, result.stderr
     assert {p.name: data_digest(p) for p in shards(checkpoint)} == digests
-    assert run_cli("check", checkpoint, "--select", "NV101", "--quiet").stdout.startswith("Found 48 findings:")
+    assert run_cli_in_process("check", checkpoint, "--select", "NV101", "--quiet").stdout.startswith(
+        "Found 48 findings:"
+    )
 
 
 def test_an_in_place_edit_on_the_portable_path_changes_one_byte_per_scale(checkpoint):
     before = {p.name: p.read_bytes() for p in shards(checkpoint)}
-    assert run_cli("migrate", checkpoint, env=PORTABLE).returncode == 0
+    assert run_cli_in_process("migrate", checkpoint, env=PORTABLE).returncode == 0
     for shard in shards(checkpoint):
         old, new = before[shard.name], shard.read_bytes()
         assert len(old) == len(new)
@@ -135,4 +137,4 @@ def test_migrate_runs_where_there_is_no_pwrite_nor_copy_file_range(checkpoint):
         result = run_without(("os.copy_file_range", "os.pwrite"), "migrate", checkpoint, "--to", to)
         assert result.returncode == 0, result.stderr
     assert {p.name: data_digest(p) for p in shards(checkpoint)} == digests
-    assert run_cli("check", checkpoint).returncode == 0
+    assert run_cli_in_process("check", checkpoint).returncode == 0
