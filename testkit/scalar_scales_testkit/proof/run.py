@@ -50,7 +50,7 @@ class Run:
         self.pytest_args = pytest_args
         self.counts: dict[str, tuple[int, int, int]] = {}
         self.cached: dict[str, str] = {}
-        for folder in ("artifacts", "results", "manifest", "logs"):
+        for folder in ("artifacts", "results", "manifest", "logs", "tmp"):
             (work / folder).mkdir(parents=True, exist_ok=True)
 
     def environment(self, suite: Suite) -> dict[str, str]:
