@@ -126,8 +126,10 @@ class Run:
                     status = process.wait()
                     if status:
                         break
+            recorded = self.work / "manifest" / f"{suite.slug}.jsonl"
+            if suite.is_pytest or recorded.is_file():
+                self.counts[suite.name] = _counts(recorded)
             if suite.is_pytest:
-                self.counts[suite.name] = _counts(self.work / "manifest" / f"{suite.slug}.jsonl")
                 if status == 5 and self.pytest_args:
                     return "skipped", "nothing selected"
             if status:
