@@ -102,7 +102,7 @@ class Cache:
             shutil.rmtree(entry, ignore_errors=True)
             return "partial entry, removed"
         found = {
-            f"{write}/{name}" if name else write: value
+            f"{write}/{name}": value
             for write in suite.writes
             if (entry / "data" / write).exists()
             for name, value in file_digests(entry / "data" / write).items()

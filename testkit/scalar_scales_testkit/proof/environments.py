@@ -76,18 +76,16 @@ def _build_one(table: Table, environment: Environment, log: list[str]) -> None:
         shutil.copytree(VENVS / environment.base, target, symlinks=True)
         (target / SPEC_FILE).unlink(missing_ok=True)
     constrained = ["-c", str(constraint)] if constraint.is_file() else []
+    uninstall = [str(python_of(name)), "-m", "pip", "uninstall", "--quiet", "--yes", *environment.uninstall]
     if environment.uninstall and not environment.is_new:
-        _run([str(python_of(name)), "-m", "pip", "uninstall", "--quiet", "--yes", *environment.uninstall], log)
+        _run(uninstall, log)
     if environment.no_deps:
         _pip(name, log, "--no-deps", *environment.no_deps)
     if environment.install:
         _pip(name, log, *constrained, *table.expand(environment.install))
     if environment.uninstall and environment.is_new:
         # The registry's builds of these are CUDA-linked and break `import vllm.config` on a CPU torch.
-        subprocess.run(
-            [str(python_of(name)), "-m", "pip", "uninstall", "--quiet", "--yes", *environment.uninstall],
-            capture_output=True,
-        )
+        subprocess.run(uninstall, capture_output=True)
 
 
 def _ensure_overlay(environment: Environment, log: list[str]) -> None:
@@ -101,16 +99,14 @@ def _ensure_overlay(environment: Environment, log: list[str]) -> None:
     _pip(environment.name, log, "--no-deps", "--target", str(target), environment.overlay)
 
 
-def _install_stand_ins(environment: Environment) -> None:
-    site = _site_packages(environment.name)
+def _install_stand_ins(environment: Environment, site: Path) -> None:
     for package in environment.stand_ins:
         shutil.rmtree(site / package, ignore_errors=True)
         shutil.copytree(PROJECT / "testkit" / "stubs" / package, site / package)
 
 
-def _installed_from(name: str) -> str | None:
-    """The checkout the project is installed (editable) from in ``name``, if pip recorded one."""
-    site = _site_packages(name)
+def _installed_from(site: Path) -> str | None:
+    """The checkout the project is installed (editable) from in ``site``, if pip recorded one."""
     for dist in site.glob("scalar_scales-*.dist-info"):
         direct = dist / "direct_url.json"
         if direct.is_file():
@@ -118,9 +114,8 @@ def _installed_from(name: str) -> str | None:
     return None
 
 
-def _install_project(name: str, log: list[str]) -> None:
-    here = PROJECT.as_uri()
-    if _installed_from(name) == here and any(_site_packages(name).glob("scalar_scales_testkit-*.dist-info")):
+def _install_project(name: str, site: Path, log: list[str]) -> None:
+    if _installed_from(site) == PROJECT.as_uri() and any(site.glob("scalar_scales_testkit-*.dist-info")):
         return
     _pip(name, log, "--no-deps", "--no-build-isolation", "-e", str(PROJECT), "-e", str(PROJECT / "testkit"))
 
@@ -138,6 +133,7 @@ def build(table: Table, name: str, log: list[str] | None = None) -> tuple[Path, 
             built = True
     environment = table.environments[name]
     _ensure_overlay(environment, log)
-    _install_stand_ins(environment)
-    _install_project(name, log)
+    site = _site_packages(name)
+    _install_stand_ins(environment, site)
+    _install_project(name, site, log)
     return VENVS / name, built
