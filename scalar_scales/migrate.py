@@ -49,13 +49,13 @@ from typing import Any
 from scalar_scales.consumers import Change, changes
 from scalar_scales.errors import CheckpointError, Interrupted, StoppedAfterWriting
 from scalar_scales.files.config_marker import MarkerEdit, plan_format_version, write_planned
-from scalar_scales.files.durable import os_errors_named, remove_stale, replaced
+from scalar_scales.files.durable import os_errors_named, remove_stale, replaced, stale_temporaries, try_replacing_in
 from scalar_scales.files.header import file_identity
 from scalar_scales.files.header_edit import HeaderEdit, Layout, plan_header_edit
 from scalar_scales.nvfp4 import LEGACY_FORMAT_VERSION, MODELOPT, NVFP4_FORMAT, SCALAR_FORMAT_VERSION, Producer
 from scalar_scales.scan import CheckpointScan, scan_shards
 from scalar_scales.sources.local import Checkpoint, open_local, resolve_checkpoint
-from scalar_scales.system.fileops import copy_range, no_follow, unkeepable, write_at
+from scalar_scales.system.fileops import copy_range, no_follow, removal_forbidden, unkeepable, write_at
 from scalar_scales.system.lock import FolderLocked, folder_lock
 
 __all__ = ["MigrationReport", "checkpoint_lock", "migrate_checkpoint"]
@@ -158,8 +158,7 @@ def migrate_checkpoint(
         report = _plan(checkpoint, scan, to, include, dry_run)
         if not report.changed:
             return report
-        if not dry_run:
-            _check_writable(report, materialize)
+        _check_writable(report, materialize, probe=not dry_run)
         if announce is not None:
             announce(report)
         if not dry_run:
@@ -223,34 +222,62 @@ def _rewritten_anew(edit: HeaderEdit, materialize: bool) -> bool:
     return not edit.in_place or (materialize and _is_shared(edit.path))
 
 
-def _check_writable(report: MigrationReport, materialize: bool) -> None:
-    anew: list[Path] = []
+@dataclass(frozen=True)
+class _NewFile:
+    """A file the migration writes anew, to a temporary file beside it renamed over it."""
+
+    path: Path
+    size: int
+    frees_old: bool
+    """The rename frees the old file: a regular file with no other link. A link's target (a cache blob) and a
+    file with other hard links stay, so the new file takes its room and its inode for good."""
+
+
+def _check_writable(report: MigrationReport, materialize: bool, *, probe: bool) -> None:
+    """Everything the writes need, tried before the first (step 2 of the module's docstring); with ``probe``, a
+    file is also created, renamed and removed in each folder a file is written anew in (a dry run does not)."""
+    anew: list[_NewFile] = []
     for edit in report.edits:
         shard = edit.path
-        if _is_shared(shard) and not materialize:
-            raise CheckpointError(
-                shard,
-                "is a link into shared storage (e.g. a Hugging Face cache blob); editing it in place would "
-                "change every copy. Pass --materialize to replace the link with an edited copy",
-            )
+        shared = _is_shared(shard)
+        if shared and not materialize:
+            raise _shared_refused(shard, "editing it in place would change every copy")
         if not shard.is_symlink():
             _require_writable_file(shard)
         if _rewritten_anew(edit, materialize):
             _require_writable_folder(shard.parent)
-            anew.append(shard)
+            data = shard.stat().st_size - edit.old_data_start
+            anew.append(_NewFile(shard, 8 + len(edit.new_raw) + data, not shared))
     if report.marker is not None:
-        _require_writable_file(report.marker.path)
-        _require_writable_folder(report.marker.path.parent)
-        anew.append(report.marker.path)
-    for path in anew:
-        with os_errors_named(path, "read the owner and attributes of"):
-            why = unkeepable(path)
+        config = report.marker.path
+        shared = _is_shared(config)
+        if shared and not materialize:
+            raise _shared_refused(config, "writing it anew would leave a file of its own where the link was")
+        _require_writable_file(config)
+        _require_writable_folder(config.parent)
+        anew.append(_NewFile(config, len(report.marker.new), not shared))
+    for new in anew:
+        with os_errors_named(new.path, "read the owner and attributes of"):
+            why = unkeepable(new.path)
         if why is not None:
             raise CheckpointError(
-                path,
+                new.path,
                 f"migrate replaces it with a new file, which could not keep {why}: run migrate as its owner or as root",
             )
-    _require_room(report.checkpoint.folder, anew)
+    folders = _folders_replaced_in(report.checkpoint.folder, anew)
+    _require_room(anew)
+    if probe:
+        for folder in folders:
+            try_replacing_in(folder)
+
+
+def _shared_refused(path: Path, because: str) -> CheckpointError:
+    """A link into shared storage (a shard, or config.json) that only ``--materialize`` may replace."""
+    return CheckpointError(
+        path,
+        f"is a link into shared storage (e.g. a Hugging Face cache blob); {because}. Pass --materialize to replace "
+        "the link with an edited copy",
+    )
 
 
 def _require_writable_file(path: Path) -> None:
@@ -267,22 +294,67 @@ def _require_writable_folder(path: Path) -> None:
         raise CheckpointError(path, "folder is not writable")
 
 
-def _require_room(folder: Path, anew: list[Path]) -> None:
-    """The file system must hold a new copy of each file written anew while the old one still exists: at most
-    :data:`WRITERS` at once, the largest first."""
-    if not anew:
-        return
-    sizes = sorted((path.stat().st_size for path in anew), reverse=True)
-    needed = sum(sizes[:WRITERS])
+def _folders_replaced_in(checkpoint_folder: Path, anew: list[_NewFile]) -> list[Path]:
+    """The folders where a file is renamed over another and a temporary file removed: each one a file is written
+    anew in, and the checkpoint's own where a killed run left temporary files (the run removes them first). Each
+    must allow that: an append-only folder takes new files but lets none be renamed over or removed."""
+    needs: dict[str, tuple[Path, str]] = {}
+    for new in anew:
+        reason = f"migrate writes {new.path.name} anew, to a new file renamed over it, which this folder forbids"
+        needs.setdefault(os.path.realpath(new.path.parent), (new.path.parent, reason))
+    if stale := stale_temporaries(checkpoint_folder):
+        reason = f"the temporary file {stale[0].name} a killed run left in it cannot be removed"
+        needs.setdefault(os.path.realpath(checkpoint_folder), (checkpoint_folder, reason))
+    for folder, reason in needs.values():
+        with os_errors_named(folder, "read the attributes of"):
+            attribute = removal_forbidden(folder)
+        if attribute is not None:
+            raise CheckpointError(folder, f"folder is {attribute}: {reason}")
+    return [folder for folder, _ in needs.values()]
+
+
+def _require_room(anew: list[_NewFile]) -> None:
+    """Each file system that a file is written anew on must hold, while the old files still exist, the new
+    copies of the files it writes at once (:data:`WRITERS` at most, the largest counted), and for good those whose
+    old file stays (:attr:`_NewFile.frees_old`); in bytes, rounded up to its blocks, and in inodes."""
+    by_device: dict[int, list[_NewFile]] = {}
+    for new in anew:
+        with os_errors_named(new.path.parent, "measure the free space of"):
+            by_device.setdefault(os.stat(new.path.parent).st_dev, []).append(new)
+    for files in by_device.values():
+        _require_room_on(files[0].path.parent, files)
+
+
+def _require_room_on(folder: Path, files: list[_NewFile]) -> None:
     with os_errors_named(folder, "measure the free space of"):
-        free = shutil.disk_usage(folder).free
+        free, inodes, block = _free(folder)
+    kept = [new for new in files if not new.frees_old]
+    freed = sorted((new for new in files if new.frees_old), key=lambda new: new.size, reverse=True)
+    at_once = kept + freed[:WRITERS]
+    needed = sum(-(-new.size // block) * block for new in at_once)
     if free < needed:
-        largest = max(anew, key=lambda path: path.stat().st_size)
+        largest = max(files, key=lambda new: new.size)
+        links = f" ({len(kept)} of them replace a link or a file with other links, which frees nothing)" if kept else ""
         raise CheckpointError(
-            largest,
+            largest.path,
             f"cannot be written anew: the file system has {free} bytes free, and the new copies of the files this "
-            f"migration writes anew need {needed}",
+            f"migration writes anew need {needed}{links}",
         )
+    if inodes is not None and inodes < len(at_once):
+        raise CheckpointError(
+            files[0].path,
+            f"cannot be written anew: the file system has {inodes} inodes free, and the new files this migration "
+            f"writes need {len(at_once)}",
+        )
+
+
+def _free(folder: Path) -> tuple[int, int | None, int]:
+    """The bytes free to this user on ``folder``'s file system, its free inodes (None where it has no fixed
+    number: btrfs, or Windows, which says none), and its block size."""
+    if not hasattr(os, "statvfs"):
+        return shutil.disk_usage(folder).free, None, 1
+    status = os.statvfs(folder)
+    return status.f_bavail * status.f_frsize, status.f_favail if status.f_files else None, status.f_frsize or 1
 
 
 def _write(

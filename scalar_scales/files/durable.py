@@ -14,7 +14,12 @@ folder is never written through or over. The name is short whatever the
 target's name, so no file name is too long for it. A run killed on the way
 leaves its temporary file, which :func:`remove_stale` clears at the next
 run: only files of that name, never following a link, each refusal naming
-its file.
+its file. Where a failed write's temporary file cannot be removed either,
+the error says it was left.
+
+:func:`try_replacing_in` does in a folder, with an empty file, what
+:func:`replaced` does there (create, rename, remove), so that a folder that
+refuses one of them is found before anything is written.
 """
 
 from __future__ import annotations
@@ -30,7 +35,15 @@ from typing import BinaryIO
 from scalar_scales.errors import CheckpointError
 from scalar_scales.system.fileops import no_follow, sync_folder, take_metadata
 
-__all__ = ["TEMPORARY_NAME", "create_exclusive", "os_errors_named", "remove_stale", "replaced"]
+__all__ = [
+    "TEMPORARY_NAME",
+    "create_exclusive",
+    "os_errors_named",
+    "remove_stale",
+    "replaced",
+    "stale_temporaries",
+    "try_replacing_in",
+]
 
 TEMPORARY_NAME = re.compile(r"\.scalar-scales-[0-9a-f]{16}\.tmp|\..+\.scalar-scales\.tmp")
 """A temporary file of this tool: ``.scalar-scales-<16 hex digits>.tmp``, or, from releases before it,
@@ -38,10 +51,14 @@ TEMPORARY_NAME = re.compile(r"\.scalar-scales-[0-9a-f]{16}\.tmp|\..+\.scalar-sca
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
 
 
+def _temporary_name(folder: Path) -> Path:
+    return folder / f".scalar-scales-{os.urandom(8).hex()}.tmp"
+
+
 def create_exclusive(folder: Path) -> tuple[int, Path]:
     """A new, empty file in ``folder`` under an unguessable temporary name: its descriptor and path."""
     for _ in range(16):
-        path = folder / f".scalar-scales-{os.urandom(8).hex()}.tmp"
+        path = _temporary_name(folder)
         try:
             return os.open(path, _CREATE | no_follow(), 0o600), path
         except FileExistsError:
@@ -71,11 +88,42 @@ def replaced(path: str | os.PathLike[str], *, durable: bool = True) -> Iterator[
                 f.flush()
                 os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
+    except BaseException as error:
+        _discard(tmp, error)
         raise
     if durable:
         sync_folder(path.parent)
+
+
+def _discard(tmp: Path, error: BaseException) -> None:
+    """Remove a failed write's temporary file; where that fails too, ``error`` (an OS error or a refusal) is
+    raised again saying the file was left, for the line that reports what is on disk."""
+    try:
+        tmp.unlink(missing_ok=True)
+    except OSError as left:
+        note = f"; its temporary file {tmp} was left (cannot remove it: {left.strerror or left})"
+        if isinstance(error, CheckpointError):
+            raise CheckpointError(error.path, error.problem + note, error.tensor) from error
+        if isinstance(error, OSError):
+            raise OSError(error.errno, f"{error.strerror or error}{note}", error.filename) from error
+
+
+def try_replacing_in(folder: Path) -> None:
+    """Create a file in ``folder`` exclusively, rename it and remove it, as writing a file anew there does; a
+    :class:`CheckpointError` naming the folder and the step that failed, with no file left where it can be
+    removed."""
+    with os_errors_named(folder, "create a file in this folder"):
+        fd, first = create_exclusive(folder)
+        os.close(fd)
+    second = _temporary_name(folder)
+    try:
+        with os_errors_named(folder, "rename a file in this folder"):
+            os.rename(first, second)
+    except CheckpointError as error:
+        _discard(first, error)
+        raise
+    with os_errors_named(folder, f"remove a file in this folder ({second.name} was left)"):
+        os.unlink(second)
 
 
 @contextmanager
@@ -87,15 +135,18 @@ def os_errors_named(path: str | os.PathLike[str], doing: str) -> Iterator[None]:
         raise CheckpointError(path, f"cannot {doing}: {exc.strerror or exc}") from None
 
 
+def stale_temporaries(folder: str | os.PathLike[str]) -> list[Path]:
+    """The temporary files killed runs left in ``folder`` (links among them; not a folder of that name)."""
+    with os_errors_named(folder, "list"), os.scandir(folder) as entries:
+        named = [Path(entry.path) for entry in entries if TEMPORARY_NAME.fullmatch(entry.name)]
+    return [path for path in named if path.is_symlink() or not path.is_dir()]
+
+
 def remove_stale(folder: str | os.PathLike[str]) -> list[Path]:
     """Remove the temporary files killed runs left in ``folder`` (links themselves, never what they point to);
     return them. A folder of that name is left alone."""
     removed = []
-    with os_errors_named(folder, "list"), os.scandir(folder) as entries:
-        stale = [Path(entry.path) for entry in entries if TEMPORARY_NAME.fullmatch(entry.name)]
-    for path in stale:
-        if path.is_dir() and not path.is_symlink():
-            continue
+    for path in stale_temporaries(folder):
         with os_errors_named(path, "remove a stale temporary file"):
             try:
                 os.unlink(path)

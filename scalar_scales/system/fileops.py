@@ -7,12 +7,16 @@ it does not or ``SCALAR_SCALES_PORTABLE=1`` asks:
 operation                       where the OS has it                       portable
 ==============================  ========================================  ======================================
 write bytes at an offset        ``os.pwrite`` (POSIX)                     ``os.lseek`` then ``os.write``
-copy a byte range               ``os.copy_file_range`` (Linux)            reads and writes of 1 MiB
+copy a byte range               ``os.copy_file_range`` (Linux), or reads  reads and writes of 1 MiB
+                                and writes where it refuses the two
+                                files (another file system: EXDEV)
 what a new file keeps           owner (POSIX), extended attributes, ACLs  mode, by path (Windows); the
                                 among them (Linux), then mode, each       owner stays the writer's
                                 through the descriptor
 keepable by this user           owner and group ours, or root (POSIX)     always (Windows)
 make a rename durable           fsync the folder (POSIX)                  nothing: Windows cannot open a folder
+a folder's own attributes       append-only, immutable (Linux             none known (macOS, Windows)
+                                ``FS_IOC_GETFLAGS``, as ``lsattr -d``)
 never follow a link             ``O_NOFOLLOW`` (POSIX)                    no flag: Windows has none
 ==============================  ========================================  ======================================
 """
@@ -26,9 +30,21 @@ import sys
 
 from scalar_scales.system.portable import portable_forced
 
-__all__ = ["copy_range", "extended_attributes", "no_follow", "sync_folder", "take_metadata", "unkeepable", "write_at"]
+__all__ = [
+    "copy_range",
+    "extended_attributes",
+    "no_follow",
+    "removal_forbidden",
+    "sync_folder",
+    "take_metadata",
+    "unkeepable",
+    "write_at",
+]
 
 _CHUNK = 1 << 20
+_NO_KERNEL_COPY = frozenset({errno.EXDEV, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL, errno.ENOSYS})
+"""What ``copy_file_range`` answers where the kernel cannot copy between these two files (another file system, a
+file system without it, an old kernel): shutil then copies by reads and writes, and so does :func:`copy_range`."""
 
 
 def write_at(fd: int, data: bytes, offset: int) -> None:
@@ -45,16 +61,21 @@ def write_at(fd: int, data: bytes, offset: int) -> None:
 
 def copy_range(source: int, target: int, offset: int, count: int) -> int:
     """Append ``count`` bytes of ``source`` from ``offset`` on to ``target`` (at its position); return how many
-    came, fewer where ``source`` ends first."""
+    came, fewer where ``source`` ends first. The kernel copies where it can; where it cannot copy between these
+    two files (:data:`_NO_KERNEL_COPY`), the rest is read and written."""
     copied = 0
     if hasattr(os, "copy_file_range") and not portable_forced():
         while copied < count:
-            step = os.copy_file_range(source, target, count - copied, offset + copied)
-            if step == 0:
+            try:
+                step = os.copy_file_range(source, target, count - copied, offset + copied)
+            except OSError as exc:
+                if exc.errno not in _NO_KERNEL_COPY:
+                    raise
                 break
+            if step == 0:
+                return copied
             copied += step
-        return copied
-    os.lseek(source, offset, os.SEEK_SET)
+    os.lseek(source, offset + copied, os.SEEK_SET)
     while copied < count:
         chunk = os.read(source, min(_CHUNK, count - copied))
         if not chunk:
@@ -132,6 +153,38 @@ def sync_folder(folder: str | os.PathLike[str]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+_FS_IOC_GETFLAGS = 0x80086601
+"""Linux's ioctl that reads a file's attributes (``lsattr``): ``_IOR('f', 1, long)``."""
+_FS_APPEND_FL, _FS_IMMUTABLE_FL = 0x20, 0x10
+
+
+def removal_forbidden(folder: str | os.PathLike[str]) -> str | None:
+    """``append-only (chattr +a)`` or ``immutable (chattr +i)`` where ``folder``'s own attributes forbid renaming a
+    file over another in it and removing one, else None: also where the OS or the file system keeps no such
+    attributes. An append-only folder takes new files; that is why a probe file cannot tell it: the probe would stay."""
+    if sys.platform != "linux":
+        return None
+    import fcntl
+
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        flags = bytearray(8)
+        try:
+            fcntl.ioctl(fd, _FS_IOC_GETFLAGS, flags)
+        except OSError as exc:
+            if exc.errno in (errno.ENOTTY, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                return None
+            raise
+    finally:
+        os.close(fd)
+    value = int.from_bytes(flags[:4], sys.byteorder)
+    if value & _FS_IMMUTABLE_FL:
+        return "immutable (chattr +i)"
+    if value & _FS_APPEND_FL:
+        return "append-only (chattr +a)"
+    return None
 
 
 def no_follow() -> int:

@@ -9,18 +9,21 @@
   lock is let go; one that a killed holder left is locked and removed by the
   next run. On POSIX the file may be removed under a waiting run, so a run
   checks that the name still leads to the file it locked; on Windows an open
-  file cannot be removed at all.
+  file cannot be removed at all. A folder whose attributes forbid removing a
+  file (``chattr +a``, ``+i``) is refused before the lock file is created, as
+  the file could not be removed afterwards.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from scalar_scales.system.fileops import no_follow
+from scalar_scales.system.fileops import no_follow, removal_forbidden
 from scalar_scales.system.portable import portable_forced
 
 __all__ = ["LOCK_FILE_NAME", "FolderLocked", "folder_lock"]
@@ -61,6 +64,8 @@ def _locked_folder(folder: Path) -> Iterator[None]:
 @contextmanager
 def _lock_file(folder: Path) -> Iterator[None]:
     path = folder / LOCK_FILE_NAME
+    if why := removal_forbidden(folder):
+        raise PermissionError(errno.EPERM, f"folder is {why}, so a lock file {LOCK_FILE_NAME} could not be removed", str(folder))
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | no_follow() | getattr(os, "O_CLOEXEC", 0), 0o600)
         try:
