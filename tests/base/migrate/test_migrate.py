@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import struct
 
 from scalar_scales.sources import read_headers
@@ -100,7 +101,7 @@ def test_json_output_describes_the_migration(checkpoint):
 
 
 def test_a_checkpoint_of_many_shards_is_migrated_whole(tmp_path):
-    """Enough shards for worker processes (tests/base/system/test_portable.py shows that they run)."""
+    """More shards than migrate writes at once (``WRITERS`` threads): every one is written, none twice."""
     checkpoint = make_checkpoint(tmp_path / "ckpt", shards=12, experts=8)
     assert run_cli_in_process("migrate", checkpoint).returncode == 0
     assert scale_shapes(checkpoint) == {()}
@@ -168,12 +169,24 @@ def test_hugging_face_cache_links_are_refused_by_default(tmp_path):
     assert_migrate_refuses(snapshot_dir, blobs, "is a link into shared storage", "--materialize")
 
 
+def test_a_linked_config_json_is_refused_by_default_though_every_shard_is_a_file(tmp_path):
+    """Writing config.json anew renames a file over its link: the snapshot would hold a file of its own, which only
+    --materialize may make. It used to become a regular file, exit 0."""
+    snapshot_dir, blobs = hf_cache(tmp_path)
+    for shard in shards(snapshot_dir):
+        blob = shard.resolve()
+        shard.unlink()
+        shutil.copyfile(blob, shard)
+    assert_migrate_refuses(snapshot_dir, snapshot_dir.parent.parent, "config.json: is a link into shared storage")
+    assert (snapshot_dir / "config.json").is_symlink()
+
+
 def test_materialize_replaces_links_with_edited_copies_and_leaves_blobs_alone(tmp_path):
     snapshot_dir, blobs = hf_cache(tmp_path)
     before = snapshot(blobs)
     result = run_cli_in_process("migrate", snapshot_dir, "--materialize")
     assert result.returncode == 0, result.stderr
-    assert all(not p.is_symlink() for p in shards(snapshot_dir))
+    assert not any(p.is_symlink() for p in [*shards(snapshot_dir), snapshot_dir / "config.json"])
     assert scale_shapes(snapshot_dir) == {()}
     assert format_version(snapshot_dir) == 2
     assert snapshot(blobs) == before
