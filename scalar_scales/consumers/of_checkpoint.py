@@ -58,7 +58,8 @@ def observations_of(scan: CheckpointScan) -> list[Observation]:
     if declared is None or declared.producer != COMPRESSED_TENSORS or scan.layout is None:
         return []
     architectures = _architectures(scan)
-    of_class = [o for o in OBSERVED if o.architecture is None or o.architecture in architectures]
+    loaded = {family: resolve(architectures, _observed_classes(family)) for family, resolve in RESOLVED_BY.items()}
+    of_class = [o for o in OBSERVED if o.architecture is None or o.architecture == loaded.get(o.family)]
     modules = _scaled_modules(scan) if any(o.fused for o in of_class) else set()
     return [o for o in of_class if modules.issuperset(o.fused)]
 
@@ -92,11 +93,47 @@ def _loaded_by(observations: list[Observation], refusing: Observation, layout: L
     )
 
 
-def _architectures(scan: CheckpointScan) -> frozenset[str]:
-    """config.json's model classes: the strings of its ``architectures`` list (a hostile config may hold
-    anything)."""
+def _first_registered(architectures: tuple[object, ...], observed: frozenset[str]) -> str | None:
+    """vLLM's and SGLang's rule: the model class is the first entry of ``architectures`` the engine registers.
+
+    vLLM (0.23, 0.32, 0.33): ``_ModelRegistry.resolve_model_cls`` and
+    ``inspect_model_cls`` (``vllm/model_executor/models/registry.py``) try
+    each entry in order and take the first one they load. SGLang 0.5.23:
+    ``get_model_architecture`` (``sglang/srt/model_loader/utils.py``) hands
+    the list to ``ModelRegistry.resolve_model_cls``
+    (``sglang/srt/models/registry.py``), which takes ``architectures[0]``
+    where it is registered, else the first registered entry. Which names an
+    engine registers is known here only for the classes it was observed with
+    (``observed``); any other name may be one it registers, and then it is
+    the class. So the first entry decides: its class where it is an observed
+    one, else None (no class's outcome holds)."""
+    first = architectures[0] if architectures else None
+    return first if isinstance(first, str) and first in observed else None
+
+
+def _by_model_type(architectures: tuple[object, ...], observed: frozenset[str]) -> str | None:
+    """transformers' rule: ``AutoModelForCausalLM.from_pretrained`` picks the class that config.json's
+    ``model_type`` maps to (``_BaseAutoModelClass.from_pretrained`` and ``_get_model_class`` in
+    ``transformers/models/auto/auto_factory.py``, 5.17), and reads ``architectures`` only to choose among the
+    classes of that one model type. No class follows from ``architectures`` alone: None."""
+    return None
+
+
+RESOLVED_BY = {"vllm": _first_registered, "sglang": _first_registered, "transformers": _by_model_type}
+"""Each engine's own rule for the model class it loads a checkpoint as, from config.json's ``architectures``: an
+observation of one class holds where the engine's rule gives that class. A consumer without a rule here (the
+``copy_`` loader) has no observation of one class."""
+
+
+def _observed_classes(family: str) -> frozenset[str]:
+    return frozenset(o.architecture for o in OBSERVED if o.family == family and o.architecture is not None)
+
+
+def _architectures(scan: CheckpointScan) -> tuple[object, ...]:
+    """config.json's ``architectures`` list, in its order, as it is (a hostile config may hold anything): empty
+    where it is not a list."""
     named = (scan.config or {}).get("architectures")
-    return frozenset(a for a in named if isinstance(a, str)) if isinstance(named, list) else frozenset()
+    return tuple(named) if isinstance(named, list) else ()
 
 
 def _scaled_modules(scan: CheckpointScan) -> set[str]:

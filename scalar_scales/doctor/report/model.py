@@ -23,6 +23,7 @@ __all__ = [
     "counted",
     "json_number",
     "with_tensor",
+    "workspace",
     "workspace_path",
 ]
 
@@ -52,13 +53,15 @@ class CheckReport:
     """What a check reports of a :class:`Diagnosis`: the findings of the rules selected, and the exit code.
 
     ``exit_zero``: the command exits 0 whatever was found (``--exit-zero``), so that a CI step can report
-    findings without failing; a refused checkpoint still exits 2, since it never gets this far.
+    findings without failing; a refused checkpoint still exits 2, since it never gets this far. ``include``: the
+    check's ``--include`` globs, which a fix that migrates must name too.
     """
 
     diagnosis: Diagnosis
     strict: bool = False
     fetched: FetchCounter | None = None
     exit_zero: bool = False
+    include: tuple[str, ...] = ()
 
     @property
     def reported(self) -> list[Finding]:
@@ -161,12 +164,25 @@ def with_tensor(finding: Finding, text: str) -> str:
     return f"{finding.tensor}: {text}" if finding.tensor else text
 
 
-def workspace_path(file: str) -> str | None:
-    """``file`` relative to the current folder (``/``-separated), where it lies under it; None elsewhere. The
-    current folder is the workspace GitHub resolves annotations in and SARIF's ``%SRCROOT%``; ``..`` is resolved
-    first (``os.path.abspath``), so ``check ../ck`` from a subfolder is outside it."""
+def workspace() -> Path | None:
+    """The current folder, the workspace GitHub resolves annotations in and SARIF's ``%SRCROOT%``; None where it
+    has no path any more (removed while the command runs in it, or before), and every file is named by its
+    absolute path, in every format alike."""
     try:
-        return Path(os.path.abspath(file)).relative_to(os.getcwd()).as_posix()
+        return Path(os.getcwd())
+    except OSError:  # FileNotFoundError where it was removed; PermissionError where a folder above is unreadable
+        return None
+
+
+def workspace_path(file: str) -> str | None:
+    """``file`` relative to the current folder (``/``-separated), where it lies under it; None elsewhere, and
+    where there is no current folder (:func:`workspace`). ``..`` is resolved first (``os.path.abspath``), so
+    ``check ../ck`` from a subfolder is outside it."""
+    folder = workspace()
+    if folder is None:
+        return None
+    try:
+        return Path(os.path.abspath(file)).relative_to(folder).as_posix()
     except ValueError:  # elsewhere, or on another drive (Windows)
         return None
 

@@ -7,7 +7,8 @@ names line 1 of its file and, as a logical location, its tensor. Its
 ``partialFingerprints`` hash the rule, the file's path and the tensor, so
 code scanning tracks a finding across runs (it would otherwise hash the
 file's lines, which a shard does not have). A local file's URI is relative
-to ``%SRCROOT%`` (the current folder) where it is under it; a Hub
+to ``%SRCROOT%`` (the current folder) where it is under it, else (and
+where the current folder is gone) an absolute ``file:`` URI; a Hub
 repository's files are relative to ``HFREPO``, the repository's files at
 the commit read, and the run's ``versionControlProvenance`` names the
 repository and the commit.
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from scalar_scales.doctor.report.model import CheckReport, with_tensor, workspace_path
+from scalar_scales.doctor.report.model import CheckReport, with_tensor, workspace, workspace_path
 from scalar_scales.doctor.report.text import summary
 from scalar_scales.doctor.rules import EFFECTS, Finding, Rule
 
@@ -100,8 +101,9 @@ def _result(finding: Finding, rule_index: int, locator: _Locator) -> dict[str, A
 
 
 class _Locator:
-    """Each file's URI: relative to the current folder (``%SRCROOT%``) where it is under it, else an absolute
-    ``file:`` URI; a Hub repository's files relative to ``HFREPO``, the repository at the commit read."""
+    """Each file's URI: relative to the current folder (``%SRCROOT%``) where it is under it, else (and where the
+    current folder is gone, when ``%SRCROOT%`` is not given) an absolute ``file:`` URI; a Hub repository's files
+    relative to ``HFREPO``, the repository at the commit read."""
 
     def __init__(self, report: CheckReport) -> None:
         self.report, self.commit, self.hub = report, report.commit, report.hub
@@ -118,7 +120,8 @@ class _Locator:
         if self.hub is not None:
             revision = quote(self.commit or self.hub.revision or "main", safe="")  # refs/pr/1 is one segment
             return {HUB_BASE: {"uri": f"https://huggingface.co/{self.hub.repo_id}/resolve/{revision}/"}}
-        return {SOURCE_ROOT: {"uri": Path(os.getcwd()).as_uri() + "/"}}
+        folder = workspace()
+        return {} if folder is None else {SOURCE_ROOT: {"uri": folder.as_uri() + "/"}}
 
     def provenance(self) -> dict[str, Any] | None:
         if self.hub is None or self.commit is None:

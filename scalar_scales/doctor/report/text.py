@@ -25,8 +25,8 @@ from scalar_scales.doctor.rules import SEVERITIES, Finding
 from scalar_scales.errors import printable
 from scalar_scales.nvfp4 import MODELOPT
 from scalar_scales.scan import CheckpointScan
+from scalar_scales.shell import command, path_argument
 from scalar_scales.sources.declaration import Group
-from scalar_scales.sources.hub_address import HubAddress
 
 __all__ = ["WIDTH", "checked_line", "heading", "summary", "text_lines"]
 
@@ -51,9 +51,8 @@ def text_lines(
         lines.append(checked_line(report))
     if with_scales:
         lines += [f"{s.layout:<7}{str(list(s.shape)):<5}{s.name} = {s.value!r}" for s in report.diagnosis.scan.scales]
-    root = str(report.diagnosis.scan.checkpoint.root)
     for rule, findings in report.by_rule:
-        fix = f"; fix: {_fix_command(rule.fix, root, report.hub)}" if rule.fix else ""
+        fix = f"; fix: {_fix_command(rule.fix, report)}" if rule.fix else ""
         lines.append(
             f"{rule.code} {rule.name} ({rule.severity}): {counted(len(findings), 'finding')}: {rule.summary}{fix}"
         )
@@ -164,14 +163,17 @@ def _group_text(group: Group) -> str:
     return f"{group.format} {activations}"
 
 
-def _fix_command(command: str, root: str, hub: HubAddress | None) -> str:
-    """The fix as a command the user can paste into a shell, each argument quoted (a folder's name may hold a
-    space, a revision anything): a Hub repository is fixed in a local copy, since ``migrate`` edits in place."""
+def _fix_command(fix: str, report: CheckReport) -> str:
+    """The fix as a command that runs as pasted into a shell (:mod:`scalar_scales.shell`), with the scales
+    ``--include`` added to the check's: a Hub repository is fixed in a local copy, since ``migrate`` edits in
+    place."""
+    arguments = [*shlex.split(fix), *(f"--include={pattern}" for pattern in report.include)]
+    hub = report.hub
     if hub is not None:
         revision = ["--revision", hub.revision] if hub.revision else []
-        download = shlex.join(["hf", "download", hub.repo_id, *revision]) + " --local-dir DIR"
-        return f"{command} DIR, on a local copy ({download})"
-    return f"{command} {shlex.quote(root)}"
+        download = command("hf", "download", hub.repo_id, *revision) + " --local-dir DIR"
+        return f"{command(*arguments)} DIR, on a local copy ({download})"
+    return command(*arguments, path_argument(report.diagnosis.scan.checkpoint.root))
 
 
 def _scales_text(scan: CheckpointScan) -> str:
