@@ -58,6 +58,7 @@ from scalar_scales.environment import SwitchValueError
 from scalar_scales.errors import CheckpointError, Interrupted, StoppedAfterWriting, escaped
 from scalar_scales.nvfp4 import MODELOPT
 from scalar_scales.sources import HubShards, is_hub_address, open_checkpoint
+from scalar_scales.sources.staged import open_staged
 
 if TYPE_CHECKING:
     from scalar_scales.migrate import MigrationReport
@@ -144,6 +145,12 @@ def _build_parser() -> _Parser:
     )
     check.add_argument("-q", "--quiet", action="store_true", help="print only the summary line (text)")
     check.add_argument("--include", action="append", default=[], metavar="GLOB", help="also these per-tensor scales")
+    check.add_argument(
+        "--staged",
+        action="store_true",
+        help="check the folder as git's staging area holds it, what the next commit holds (the pre-commit hook); "
+        "nothing to check where the staged changes touch none of its files",
+    )
 
     rule = commands.add_parser(
         "rule",
@@ -247,15 +254,24 @@ def _run(args: argparse.Namespace) -> int:
             return _rule(args)
         return _migrate(args)
     except (CheckpointError, SwitchValueError) as exc:
-        print(escaped(f"scalar-scales: error: {exc}"), file=sys.stderr)
+        _say_error(str(exc))
         return REFUSED
     except StoppedAfterWriting as exc:
-        print(escaped(f"scalar-scales: error: {exc}"), file=sys.stderr)
+        _say_error(str(exc))
         return STOPPED_AFTER_WRITING
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
-        print(escaped(f"scalar-scales: error: {where}{exc.strerror or exc}"), file=sys.stderr)
+        _say_error(f"{where}{exc.strerror or exc}")
         return REFUSED
+
+
+def _say_error(message: str) -> None:
+    """The one line of an error, on stderr; a stderr that cannot take it (full, gone) does not change the exit
+    code, which is then all that tells how the command ended."""
+    try:
+        print(escaped(f"scalar-scales: error: {message}"), file=sys.stderr, flush=True)
+    except OSError:
+        pass
 
 
 @contextmanager
@@ -317,10 +333,13 @@ def _check(args: argparse.Namespace) -> int:
                 f"{option} is for --output-format {' or '.join(formats)}; it cannot be given with --output-format "
                 f"{output_format}"
             )
-    opened = open_checkpoint(args.path)
+    opened = open_staged(args.path) if args.staged else open_checkpoint(args.path)
+    if opened is None:
+        _emit_lines([f"{args.path}: nothing to check: the staged changes touch none of its files"])
+        return 0
     fetched = opened.source if isinstance(opened.source, HubShards) else None
     diagnosis = diagnose(opened, include=args.include, codes=codes)
-    report = CheckReport(diagnosis, args.strict, fetched, exit_zero=args.exit_zero)
+    report = CheckReport(diagnosis, args.strict, fetched, exit_zero=args.exit_zero, include=tuple(args.include))
     width = min(WIDTH, shutil.get_terminal_size((WIDTH, 24)).columns)
     lines = render(report, output_format, show_all=args.show_all, with_scales=args.list, quiet=args.quiet, width=width)
     if output_format in ("json", "sarif"):
@@ -367,14 +386,34 @@ def _migrate(args: argparse.Namespace) -> int:
         finish_whatever_comes()
     try:  # the migration is done: what is left cannot change that, or its exit code
         if show_progress and report.edits:
-            print(file=sys.stderr)
+            _progress_bar_ended()
         if args.json:
             _emit(json.dumps(report.as_dict(), indent=2))
         else:
             _emit_lines([_migration_summary(report)])
     except (KeyboardInterrupt, Interrupted):
         pass
+    except OSError as exc:
+        if report.dry_run or not report.changed:
+            raise _stdout_refused(exc) from None
+        _say_report_lost(report, exc)
     return 0
+
+
+def _stdout_refused(error: OSError) -> CheckpointError:
+    """A report that could not be written while nothing had changed (before the first write, or with nothing to
+    write): a refusal, naming standard output, since no file is to blame."""
+    return CheckpointError("standard output", f"cannot write: {error.strerror or error}; nothing was changed")
+
+
+def _say_report_lost(report: MigrationReport, error: OSError) -> None:
+    """Say on stderr what a finished migration changed, since its report could not be written (stdout full, say);
+    the exit code stays 0. A stderr that fails too leaves nothing to say it on."""
+    lost = f"the report could not be written to standard output: {error.strerror or error}"
+    try:
+        print(escaped(f"scalar-scales: {_migration_summary(report)}; {lost}"), file=sys.stderr, flush=True)
+    except OSError:
+        pass
 
 
 def _announce(report: MigrationReport) -> None:
@@ -382,7 +421,10 @@ def _announce(report: MigrationReport) -> None:
     if report.consumers:
         verb = "would change" if report.dry_run else "changes"
         lines = [f"What this {verb} for each consumer, as released unless a fix is named (docs/compatibility.md):"]
-        _emit_lines([*lines, *(f"  {change}" for change in report.consumers)])
+        try:
+            _emit_lines([*lines, *(f"  {change}" for change in report.consumers)])
+        except OSError as exc:  # before anything is written
+            raise _stdout_refused(exc) from None
 
 
 def _migration_summary(report: MigrationReport) -> str:
@@ -422,9 +464,21 @@ def _migration_summary(report: MigrationReport) -> str:
 
 
 def _progress_bar(done: int, total: int) -> None:
+    """Show how many shards are done. It is shown while shards are written, so a terminal that went away (EIO
+    once it hung up) cannot stop the migration: the bar is then not shown."""
     width = 30
     filled = width * done // total
-    print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} shards", end="", file=sys.stderr, flush=True)
+    try:
+        print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} shards", end="", file=sys.stderr, flush=True)
+    except OSError:
+        pass
+
+
+def _progress_bar_ended() -> None:
+    try:
+        print(file=sys.stderr, flush=True)
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":

@@ -159,16 +159,19 @@ def shard_names(
     read_index: Callable[[], dict[str, Any]],
     root: str | os.PathLike[str],
     label: Callable[[str], str],
+    *,
+    missing: str = "missing",
 ) -> tuple[list[str], dict[str, str] | None]:
     """The shards of the checkpoint at ``root``, and its index's ``weight_map`` (None without an index).
 
     ``is_listed(name)``: the checkpoint has that file; ``read_index()``: its
-    index, parsed; ``label(name)``: how errors name a file.
+    index, parsed; ``label(name)``: how errors name a file; ``missing``: what
+    a shard the index names and the checkpoint lacks is said to be.
     """
     if is_listed(INDEX_NAME):
         weight_map, names = weight_map_of(read_index(), label(INDEX_NAME))
-        if missing := [name for name in names if not is_listed(name)]:
-            raise CheckpointError(label(missing[0]), f"named in {INDEX_NAME} but missing")
+        if absent := [name for name in names if not is_listed(name)]:
+            raise CheckpointError(label(absent[0]), f"named in {INDEX_NAME} but {missing}")
         return names, weight_map
     if is_listed(SINGLE_FILE_NAME):
         return [SINGLE_FILE_NAME], None

@@ -14,11 +14,12 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 import yaml
 
+from scalar_scales.sources.staged import is_checkpoint_file
 from scalar_scales_testkit.broken import clean_checkpoint
 from scalar_scales_testkit.publishing import (
     PROJECT,
@@ -90,11 +91,14 @@ def shows_the_finding(output: str) -> bool:
 
 
 def test_the_hook_is_what_docs_ci_md_says():
-    """The hook's shape is a promise to every repository that uses it: one id, the checkpoint as one unit."""
+    """The hook's shape is a promise to every repository that uses it: one id, the checkpoint as one unit, as the
+    commit holds it, on every commit (pre-commit never passes a hook the files a commit deletes, and with
+    `always_run` a `files` pattern would change nothing)."""
     (hook,) = yaml.safe_load((PROJECT / ".pre-commit-hooks.yaml").read_text())
     assert hook["id"] == HOOK_ID
-    assert (hook["entry"], hook["language"], hook["args"]) == ("scalar-scales check", "python", ["."])
-    assert hook["pass_filenames"] is False and hook["require_serial"] is True
+    assert (hook["entry"], hook["language"], hook["args"]) == ("scalar-scales check --staged", "python", ["."])
+    assert hook["pass_filenames"] is False and hook["require_serial"] is True and hook["always_run"] is True
+    assert "files" not in hook
 
 
 @pytest.mark.parametrize(
@@ -115,9 +119,9 @@ def test_the_hook_is_what_docs_ci_md_says():
     ],
 )
 def test_the_hook_runs_for_the_files_check_reads_and_no_other(path, runs):
-    """`files` is matched by pre-commit with Python's ``re.search``, as here."""
-    (hook,) = yaml.safe_load((PROJECT / ".pre-commit-hooks.yaml").read_text())
-    assert bool(re.search(hook["files"], path)) is runs
+    """The hook runs on every commit, and `check --staged` checks the checkpoint folder's files where the staged
+    changes touch one of them that `check` reads (a file of that folder: its name decides), and no other."""
+    assert is_checkpoint_file(PurePosixPath(path).name) is runs
 
 
 def test_try_repo_fails_on_a_broken_checkpoint_showing_the_finding(tmp_path, hook_repository, pre_commit_home):
@@ -154,20 +158,125 @@ def test_the_documented_config_refuses_a_commit_that_breaks_the_checkpoint(tmp_p
 
 
 def test_the_hook_is_skipped_when_no_checkpoint_file_changed(tmp_path, hook_repository, pre_commit_home):
-    """A commit of the README of a repository whose checkpoint is broken is not held up by the hook."""
-    repository = checkpoint_repository(tmp_path / "model", broken=True, config=documented_config(hook_repository))
+    """A commit of the README of a repository whose checkpoint is broken is not held up by the hook, nor does it
+    cost a check: the hook runs on every commit, and reads no shard of one that cannot change the checkpoint."""
+    config = documented_config(hook_repository)
+    config["repos"][0]["hooks"][0]["verbose"] = True  # the hook's output, shown though it passes
+    repository = checkpoint_repository(tmp_path / "model", broken=True, config=config)
+    assert pre_commit(repository, pre_commit_home, "install").returncode == 0
+    head = git(repository, "rev-parse", "HEAD")
     (repository / "README.md").write_text("# a model card\n")
-    result = pre_commit(repository, pre_commit_home, "run", "--files", "README.md")
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert re.search(r"scalar-scales check .*\(no files to check\)Skipped", result.stdout)
+    git(repository, "add", "README.md")
+    commit = git_commit(repository, pre_commit_home, "a model card")
+    output = commit.stdout + commit.stderr
+    assert commit.returncode == 0, output
+    assert ".: nothing to check: the staged changes touch none of its files" in output
+    assert git(repository, "rev-parse", "HEAD") != head
 
 
 def test_args_point_the_hook_at_a_checkpoint_in_a_subfolder(tmp_path, hook_repository, pre_commit_home):
-    """docs/ci.md: a checkpoint in a subfolder is named by `args` (and `files` limits the hook to it)."""
+    """docs/ci.md: a checkpoint in a subfolder is named by `args`, and its files are read from the staging area
+    of the repository around it."""
     config = documented_config(hook_repository)
-    config["repos"][0]["hooks"][0].update(args=["models/moe"], files="^models/moe/")
+    config["repos"][0]["hooks"][0].update(args=["models/moe"])
     repository = checkpoint_repository(tmp_path / "model", broken=True, config=config, folder="models/moe")
     result = pre_commit(repository, pre_commit_home, "run", "--all-files")
     assert result.returncode == 1, result.stdout + result.stderr
     assert any(line.startswith("models/moe: 3 shard") for line in result.stdout.splitlines())
     assert shows_the_finding(result.stdout)
+
+
+def git_commit(repository: Path, home: Path, message: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``git commit ARGS`` as a user runs it, its pre-commit hook installed by ``pre-commit install``."""
+    env = {**os.environ, "PRE_COMMIT_HOME": str(home), "PRE_COMMIT_COLOR": "never"}
+    return subprocess.run(
+        ["git", "-C", str(repository), "commit", "-q", "-m", message, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.parametrize(
+    ("deleted", "commit_args", "refusal"),
+    [
+        (
+            "model-00002-of-00003.safetensors",
+            (),
+            "model-00002-of-00003.safetensors: named in model.safetensors.index.json but ",
+        ),
+        ("model.safetensors.index.json", (), ".: holds neither model.safetensors.index.json nor model.safetensors"),
+        (
+            "model-00002-of-00003.safetensors",
+            ("-a",),
+            "model-00002-of-00003.safetensors: named in model.safetensors.index.json but ",
+        ),
+    ],
+    ids=["shard", "index", "shard-commit-a"],
+)
+def test_a_commit_that_deletes_a_shard_or_the_index_is_refused(
+    tmp_path, hook_repository, pre_commit_home, deleted, commit_args, refusal
+):
+    """pre-commit passes a hook the added and changed files only, so a commit that deletes a shard or the index
+    ran nothing: the hook itself must see a deletion, staged (`git rm`) or staged by the commit (`git commit -a`
+    stages it in an index of its own, which git names in GIT_INDEX_FILE)."""
+    repository = checkpoint_repository(tmp_path / "model", broken=False, config=documented_config(hook_repository))
+    assert pre_commit(repository, pre_commit_home, "install").returncode == 0
+    head = git(repository, "rev-parse", "HEAD")
+    if commit_args:
+        (repository / deleted).unlink()
+    else:
+        git(repository, "rm", "-q", deleted)
+    commit = git_commit(repository, pre_commit_home, "delete a file", *commit_args)
+    output = commit.stdout + commit.stderr
+    assert commit.returncode != 0, output
+    assert f"scalar-scales: error: {refusal}" in output
+    assert git(repository, "rev-parse", "HEAD") == head
+
+
+def test_a_commit_holds_only_the_shards_that_are_staged(tmp_path, hook_repository, pre_commit_home):
+    """A first commit of config.json, the index and one shard of three: the other two are on disk, untracked, and
+    the commit would hold an index naming shards it lacks."""
+    repository = git_repository(tmp_path / "model")
+    clean_checkpoint(repository)
+    (repository / ".pre-commit-config.yaml").write_text(yaml.safe_dump(documented_config(hook_repository)))
+    assert pre_commit(repository, pre_commit_home, "install").returncode == 0
+    staged = [".pre-commit-config.yaml", "config.json", "model.safetensors.index.json"]
+    git(repository, "add", *staged, "model-00001-of-00003.safetensors")
+    commit = git_commit(repository, pre_commit_home, "upload")
+    output = commit.stdout + commit.stderr
+    assert commit.returncode != 0, output
+    assert "model-00002-of-00003.safetensors: named in model.safetensors.index.json but " in output
+    assert git(repository, "rev-list", "--all") == ""
+
+
+def test_pre_commit_run_checks_the_staged_checkpoint_not_the_working_tree(tmp_path, hook_repository, pre_commit_home):
+    """`pre-commit run --all-files` (as CI runs it, outside a commit) leaves the working tree as it is: a shard
+    staged broken and clean again on disk is still what a commit would hold."""
+    repository = checkpoint_repository(tmp_path / "model", broken=False, config=documented_config(hook_repository))
+    shard = repository / "model-00003-of-00003.safetensors"
+    clean = shard.read_bytes()
+    broken, _ = broken_checkpoint(tmp_path / "broken")
+    shard.write_bytes((broken / shard.name).read_bytes())
+    git(repository, "add", shard.name)
+    shard.write_bytes(clean)
+    result = pre_commit(repository, pre_commit_home, "run", "--all-files")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert shows_the_finding(result.stdout)
+
+
+def test_a_commit_of_a_path_checks_what_that_commit_holds(tmp_path, hook_repository, pre_commit_home):
+    """`git commit README.md` commits the README onto the last commit, not what else is staged (a broken shard):
+    git names that commit's index in GIT_INDEX_FILE, and the hook checks it, not the staging area's."""
+    repository = checkpoint_repository(tmp_path / "model", broken=False, config=documented_config(hook_repository))
+    assert pre_commit(repository, pre_commit_home, "install").returncode == 0
+    shard = repository / "model-00003-of-00003.safetensors"
+    broken, _ = broken_checkpoint(tmp_path / "broken")
+    shard.write_bytes((broken / shard.name).read_bytes())
+    git(repository, "add", shard.name)
+    (repository / "README.md").write_text("# a model card\n")
+    git(repository, "add", "README.md")
+    commit = git_commit(repository, pre_commit_home, "a model card", "README.md")
+    assert commit.returncode == 0, commit.stdout + commit.stderr
+    assert git(repository, "show", "--name-only", "--format=", "HEAD").split() == ["README.md"]
