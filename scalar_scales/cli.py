@@ -54,7 +54,7 @@ from scalar_scales.doctor import (
     selected_codes,
 )
 from scalar_scales.doctor.report.text import WIDTH
-from scalar_scales.environment import SwitchValueError
+from scalar_scales.environment import SwitchValueError, read_command_line_switches
 from scalar_scales.errors import CheckpointError, Interrupted, StoppedAfterWriting, escaped
 from scalar_scales.nvfp4 import MODELOPT
 from scalar_scales.sources import HubShards, is_hub_address, open_checkpoint
@@ -248,6 +248,7 @@ def _refuse_unknown_command(parser: argparse.ArgumentParser, arguments: list[str
 
 def _run(args: argparse.Namespace) -> int:
     try:
+        read_command_line_switches()
         if args.command == "check":
             return _check(args)
         if args.command == "rule":

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-__all__ = ["SWITCHES", "Switch", "SwitchValueError", "switch"]
+__all__ = ["SWITCHES", "Switch", "SwitchValueError", "read_command_line_switches", "switch"]
 
 
 class SwitchValueError(ValueError):
@@ -26,6 +26,9 @@ class Switch:
     name: str
     default: bool
     doc: str
+    command_line: bool = False
+    """The command line reads it: every command reads it at its start (:func:`read_command_line_switches`), so that
+    a value set wrong refuses the command even where the command would not have needed it."""
 
 
 SWITCHES: dict[str, Switch] = {
@@ -49,6 +52,7 @@ SWITCHES: dict[str, Switch] = {
             "the command line: `1` takes the paths every operating system has (a lock file, plain reads and writes) "
             "even on Linux, where faster ones exist. The tests "
             "set it to run what macOS and Windows run.",
+            command_line=True,
         ),
     )
 }
@@ -64,3 +68,11 @@ def switch(name: str) -> bool:
     if value not in ("0", "1"):
         raise SwitchValueError(f"{name} must be 0 or 1, not {value!r}")
     return value == "1"
+
+
+def read_command_line_switches() -> None:
+    """Read every switch the command line reads (:attr:`Switch.command_line`): a :class:`SwitchValueError` for the
+    first set wrong."""
+    for name, variable in SWITCHES.items():
+        if variable.command_line:
+            switch(name)

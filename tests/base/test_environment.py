@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from scalar_scales.environment import SWITCHES, SwitchValueError, switch
+from scalar_scales_testkit.cli import run_cli_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("scalar_scales", "compressed_tensors_patch", "vllm_patch")
@@ -52,3 +53,13 @@ def test_any_other_value_is_an_error_naming_the_variable(monkeypatch, value):
     monkeypatch.setenv("SCALAR_SCALES_NVFP4_EMULATION", value)
     with pytest.raises(SwitchValueError, match=f"SCALAR_SCALES_NVFP4_EMULATION must be 0 or 1, not {value!r}"):
         switch("SCALAR_SCALES_NVFP4_EMULATION")
+
+
+@pytest.mark.parametrize("command", [["check", "."], ["rule", "NV101"], ["migrate", "--dry-run", "."]])
+def test_every_command_refuses_a_command_line_switch_set_wrong_whatever_it_needs(command):
+    """docs/environment.md: any other value exits 2. ``check`` never needed SCALAR_SCALES_PORTABLE, and exited 0."""
+    result = run_cli_in_process(*command, env={"SCALAR_SCALES_PORTABLE": "yes"})
+    assert (result.returncode, result.stderr) == (
+        2,
+        "scalar-scales: error: SCALAR_SCALES_PORTABLE must be 0 or 1, not 'yes'\n",
+    )
