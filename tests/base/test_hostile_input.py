@@ -59,17 +59,33 @@ def migrate_process(checkpoint: Path, *args: str, **popen: object) -> subprocess
 # Temporary files are new and private, and never written through a link.
 
 
-def test_a_link_planted_where_config_json_s_temporary_file_went_is_never_written_through(tmp_path):
-    """As found: the link is planted after the run cleared stale temporary files, before it wrote config.json."""
-    checkpoint = write_synthetic_checkpoint(tmp_path / "ckpt", data_bytes=3_000_000)
-    outside = tmp_path / "outside"
+def test_a_link_planted_at_each_temporary_name_is_never_written_through(checkpoint, monkeypatch):
+    """The names are unguessable, so the test makes every other one known and plants a link to a file outside at
+    it just before the run tries it (after the run cleared stale temporary files): a file is created exclusively,
+    so each such name is passed over, the link is left alone, and config.json is written all the same."""
+    outside = checkpoint.parent / "outside"
     outside.write_text("root's own file")
     outside.chmod(0o600)
-    with shard_writes_held(checkpoint, lambda: migrate_process(checkpoint)) as (process, _):
-        (checkpoint / ".config.json.scalar-scales.tmp").symlink_to(outside)
-    _, stderr = process.communicate(timeout=300)
-    assert process.returncode == 0, stderr
+    planted: list[Path] = []
+    named: list[Path] = []
+    real = os.urandom
+
+    def urandom(size: int) -> bytes:
+        """A name's random bytes; a link waits at the name unless the last name tried was one (that try failed)."""
+        value = real(size)
+        if size == 8:
+            if not named or not named[-1].is_symlink():
+                planted.append(checkpoint / f".scalar-scales-{value.hex()}.tmp")
+                planted[-1].symlink_to(outside)
+            named.append(checkpoint / f".scalar-scales-{value.hex()}.tmp")
+        return value
+
+    monkeypatch.setattr(os, "urandom", urandom)
+    result = run_cli_in_process("migrate", checkpoint)
+    assert result.returncode == 0, result.stderr
     assert outside.read_text() == "root's own file" and stat.S_IMODE(outside.stat().st_mode) == 0o600
+    passed_over = [link for link in planted if link.is_symlink()]  # the run removed the others as stale
+    assert passed_over == [planted[-1]], "config.json's first temporary name, the run's last, found no link"
     config = checkpoint / "config.json"
     assert not config.is_symlink() and json.loads(config.read_text())["quantization_config"]["format_version"] == 2
 
@@ -309,12 +325,13 @@ def test_ctrl_c_while_shards_are_edited_says_what_changed_and_a_rerun_finishes(t
 
 @pytest.mark.parametrize(("name", "code"), [("SIGINT", 130), ("SIGTERM", 143)])
 def test_an_interrupt_before_any_change_is_one_line_and_changes_nothing(tmp_path, name, code):
-    """The signal comes while the dry run waits to open a shard to read it (a write lease holds the open)."""
+    """The signal comes while the migration reads the shards, before it writes any (a write lease holds one
+    shard's open): a run that would change every shard, not a dry run, which never writes."""
     checkpoint = write_synthetic_checkpoint(tmp_path / "ckpt", data_bytes=3_000_000)
     before = snapshot(checkpoint)
     with Lease(shards(checkpoint)[len(shards(checkpoint)) // 2], "write") as read:
-        process = migrate_process(checkpoint, "--dry-run")
-        assert until(read.waited_on, process), "the dry run ended without reading every shard"
+        process = migrate_process(checkpoint)
+        assert until(read.waited_on, process), "the migration ended without reading every shard"
         process.send_signal(getattr(signal, name))
     _, stderr = process.communicate(timeout=300)
     assert process.returncode == code

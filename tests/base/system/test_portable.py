@@ -75,14 +75,27 @@ def test_a_link_planted_as_the_lock_file_is_not_followed(tmp_path, portable):
     assert outside.read_text() == "kept"
 
 
-def test_a_header_that_grows_is_rewritten_with_plain_reads_and_writes(checkpoint):
-    """Linux copies the data in the kernel (copy_file_range); the portable path reads and writes it."""
+def grown_to_legacy(checkpoint):
+    """Every global scale 0-D, so that ``migrate --to legacy`` grows each header and rewrites each shard."""
     for shard in shards(checkpoint):
         rewrite_header(
             shard, lambda h: {n: (s | {"shape": []} if n.endswith("_global_scale") else s) for n, s in h.items()}
         )
+
+
+@pytest.mark.parametrize("platform", ["linux", "portable"])
+def test_a_header_that_grows_is_copied_by_the_kernel_on_linux_and_by_reads_and_writes_on_the_portable_path(
+    checkpoint, platform
+):
+    """Linux copies the data in the kernel (copy_file_range); the portable path never calls it."""
+    grown_to_legacy(checkpoint)
     digests = {p.name: data_digest(p) for p in shards(checkpoint)}
-    result = run_cli_in_process("migrate", checkpoint, "--to", "legacy", env=PORTABLE)
+    result = run_forbidding(
+        "os.copy_file_range", "migrate", checkpoint, "--to", "legacy", portable=platform == "portable"
+    )
+    if platform == "linux":
+        assert result.returncode != 0 and "os.copy_file_range was called" in result.stderr
+        return
     assert result.returncode == 0, result.stderr
     assert {p.name: data_digest(p) for p in shards(checkpoint)} == digests
     assert run_cli_in_process("check", checkpoint, "--select", "NV101", "--quiet").stdout.startswith(
@@ -90,13 +103,37 @@ def test_a_header_that_grows_is_rewritten_with_plain_reads_and_writes(checkpoint
     )
 
 
-def test_an_in_place_edit_on_the_portable_path_changes_one_byte_per_scale(checkpoint):
+def test_an_in_place_edit_on_the_portable_path_changes_one_byte_per_scale_without_pwrite(checkpoint):
     before = {p.name: p.read_bytes() for p in shards(checkpoint)}
-    assert run_cli_in_process("migrate", checkpoint, env=PORTABLE).returncode == 0
+    scales = {p.name: sum(n.endswith("_global_scale") for n in json.loads(header_json(p))) for p in shards(checkpoint)}
+    result = run_forbidding("os.pwrite", "migrate", checkpoint, portable=True)
+    assert result.returncode == 0, result.stderr
     for shard in shards(checkpoint):
         old, new = before[shard.name], shard.read_bytes()
         assert len(old) == len(new)
-        assert {(old[i], new[i]) for i in range(len(old)) if old[i] != new[i]} == {(ord("1"), ord(" "))}
+        changed = [(old[i], new[i]) for i in range(len(old)) if old[i] != new[i]]
+        assert set(changed) == {(ord("1"), ord(" "))}
+        assert len(changed) == scales[shard.name] == 16
+
+
+def header_json(shard) -> bytes:
+    data = shard.read_bytes()
+    return data[8 : 8 + int.from_bytes(data[:8], "little")]
+
+
+def run_forbidding(call: str, *args: object, portable: bool) -> subprocess.CompletedProcess[str]:
+    """The command in a process where the ``os`` function ``call`` raises, to show which path runs."""
+    code = (
+        "import os, sys\n"
+        f"def forbidden(*args):\n    raise RuntimeError({call + ' was called'!r})\n"
+        f"os.{call.removeprefix('os.')} = forbidden\n"
+        "from scalar_scales.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    env = {**os.environ, **PORTABLE} if portable else {k: v for k, v in os.environ.items() if k not in PORTABLE}
+    return subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, env=env, timeout=300
+    )
 
 
 def run_without(missing: tuple[str, ...], *args: object) -> subprocess.CompletedProcess[str]:
@@ -128,10 +165,7 @@ def test_check_runs_where_there_is_no_fcntl(checkpoint):
 
 
 def test_migrate_runs_where_there_is_no_pwrite_nor_copy_file_range(checkpoint):
-    for shard in shards(checkpoint):
-        rewrite_header(
-            shard, lambda h: {n: (s | {"shape": []} if n.endswith("_global_scale") else s) for n, s in h.items()}
-        )
+    grown_to_legacy(checkpoint)
     digests = {p.name: data_digest(p) for p in shards(checkpoint)}
     for to in ("legacy", "scalar"):
         result = run_without(("os.copy_file_range", "os.pwrite"), "migrate", checkpoint, "--to", to)
