@@ -17,9 +17,10 @@ does nothing but say so: the runtime patch retires itself. Either way the
 one line it logs goes through loguru, where llm-compressor and
 compressed-tensors log, so it shows in an llm-compressor run.
 
-Upstream is recognised by the code it runs, not by its version: every
-function the patch wraps or depends on must match the fingerprint of a
-tested release (``versions``), or nothing is patched.
+The patch set declares the upstream releases it supports
+(``versions.SUPPORTED``); on any other, or where a function it wraps is
+missing or takes other parameters than its wrapper calls it with, nothing is
+patched.
 
 Overlapping ``applied()`` blocks, in any threads, keep the patch applied
 until the last of them exits.
@@ -35,7 +36,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager, nullcontext
 
 from compressed_tensors_patch.scales import GlobalScaleShapeError
-from compressed_tensors_patch.versions import DEPENDENCIES, check_tested, native_support
+from compressed_tensors_patch.versions import SUPPORTED, native_support
 from compressed_tensors_patch.wrappers import (
     wrap_compress,
     wrap_compress_model,
@@ -56,7 +57,6 @@ __all__ = [
     "apply",
     "is_applied",
     "revert",
-    "upstream_code",
 ]
 
 FORMAT_VERSION = SCALAR_FORMAT_VERSION
@@ -64,12 +64,21 @@ FORMAT_VERSION = SCALAR_FORMAT_VERSION
 _NVFP4 = "compressed_tensors.compressors.nvfp4.base.NVFP4PackedCompressor"
 _MODEL_COMPRESSOR = "compressed_tensors.compressors.model_compressors.model_compressor.ModelCompressor"
 _HF_CONFIG = "transformers.utils.quantization_config.CompressedTensorsConfig"
+_BY_SCHEME = ("cls", "state_dict", "scheme")
+"""What the NVFP4 compressor's classmethods take, and their wrappers call them with; the other rows' wrappers
+pass on whatever they are given."""
 
 _PATCHES = PatchSet(
     "compressed_tensors_patch",
     [
-        Patch(_NVFP4, "compress", wrap_compress, "write global scales 0-D"),
-        Patch(_NVFP4, "decompress", wrap_decompress, "decompress with (1,) scales: in-memory shape, pinned dtype"),
+        Patch(_NVFP4, "compress", wrap_compress, "write global scales 0-D", parameters=_BY_SCHEME),
+        Patch(
+            _NVFP4,
+            "decompress",
+            wrap_decompress,
+            "decompress with (1,) scales: in-memory shape, pinned dtype",
+            parameters=_BY_SCHEME,
+        ),
         Patch(
             _MODEL_COMPRESSOR,
             "compress_model",
@@ -81,10 +90,11 @@ _PATCHES = PatchSet(
             "from_compression_config",
             wrap_from_compression_config,
             "a loading compressor builds its skeleton in the checkpoint's layout",
+            parameters=("cls", "compression_config"),
         ),
         Patch(_MODEL_COMPRESSOR, "update_config", wrap_update_config, "declare format_version from the shards"),
         Patch(_HF_CONFIG, "__init__", wrap_config_init, "keep format_version from config.json"),
-        Patch(_HF_CONFIG, "to_dict", wrap_config_to_dict, "write format_version back on re-save"),
+        Patch(_HF_CONFIG, "to_dict", wrap_config_to_dict, "write format_version back on re-save", parameters=("self",)),
         Patch(
             "llmcompressor.entrypoints.model_free",
             "update_config",
@@ -93,13 +103,9 @@ _PATCHES = PatchSet(
             requires="llmcompressor",
         ),
     ],
-    check=lambda: check_tested(upstream_code(), name="compressed_tensors_patch", warn=_warn),
+    supports=SUPPORTED,
+    warn=lambda message: _warn(f"scalar-scales: {message}"),
 )
-
-
-def upstream_code() -> list[str]:
-    """Every upstream function the patch wraps or depends on, of the packages installed here."""
-    return [*_PATCHES.targets(), *DEPENDENCIES]
 
 
 def apply() -> None:
@@ -107,8 +113,8 @@ def apply() -> None:
 
     Idempotent. Does nothing, and says so, where compressed-tensors writes
     0-D global scales natively. Raises :class:`UnsupportedUpstreamError`, with
-    nothing patched, where the code it would wrap matches no tested release
-    (``versions``), naming each function that differs.
+    nothing patched, on a release outside ``versions.SUPPORTED`` or one whose
+    functions are not those the patch was written for, saying which.
     """
     native = native_support()
     if native is not None:

@@ -43,8 +43,9 @@ SWITCHES: dict[str, Switch] = {
         Switch(
             "SCALAR_SCALES_ALLOW_UNTESTED_UPSTREAM",
             False,
-            "`compressed_tensors_patch`: `1` patches a compressed-tensors whose patched functions match no tested "
-            "release, with a warning; by default such a release is refused and nothing is patched.",
+            "every patch (`compressed_tensors_patch`, `vllm_patch`, `sglang_patch`): `1` patches an upstream release "
+            "outside the releases its patch set declares, with one warning, where every function it wraps is there "
+            "with the parameters it expects; by default such a release is refused and nothing is patched.",
         ),
         Switch(
             "SCALAR_SCALES_PORTABLE",

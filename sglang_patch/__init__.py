@@ -11,13 +11,13 @@ named error, not a silently dropped scale. ``SGLANG_PLUGINS`` set to a list
 without ``scalar_scales`` turns it off.
 """
 
-from sglang_patch.loaders import TESTED_SGLANG, FusedScalesDifferError
+from sglang_patch.loaders import SUPPORTED, FusedScalesDifferError
 from sglang_patch.plugin import ENTRY_POINT, LOADER_MODULE, apply, is_applied, register, revert
 
 __all__ = [
     "ENTRY_POINT",
     "LOADER_MODULE",
-    "TESTED_SGLANG",
+    "SUPPORTED",
     "FusedScalesDifferError",
     "apply",
     "is_applied",

@@ -27,6 +27,7 @@ So the patch does two things:
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Iterable, Iterator
 from importlib import metadata
 from typing import Any
@@ -34,12 +35,24 @@ from typing import Any
 import torch
 
 from scalar_scales.nvfp4 import is_global_scale
-from scalar_scales.patching import Patch, PatchSet, UnsupportedUpstreamError
+from scalar_scales.patching import Patch, PatchSet
 
-__all__ = ["LOADER_PATCHES", "TESTED_SGLANG", "FusedScalesDifferError", "announce_at_first_load", "sglang_version"]
+__all__ = [
+    "LOADER_PATCHES",
+    "LOGGER",
+    "SUPPORTED",
+    "FusedScalesDifferError",
+    "announce_at_first_load",
+    "sglang_version",
+]
 
-TESTED_SGLANG = ("0.5.23",)
-"""The SGLang releases the patch was written for and tested on; any other is refused, nothing patched."""
+SUPPORTED = {"sglang": ">=0.5.23,<0.5.24"}
+"""The patch set's declaration (``scalar_scales.patching``): SGLang 0.5.23, the release the patch was written for
+and is tested on, and its post-releases. Any other is refused with nothing patched, unless
+``SCALAR_SCALES_ALLOW_UNTESTED_UPSTREAM=1`` asks to try anyway (with one warning); inside it, a loader function
+missing or taking other parameters is refused too. Supporting a new release is one change here."""
+LOGGER = logging.getLogger("sglang.scalar_scales")
+"""Under ``sglang``: SGLang's logging configuration covers it."""
 
 _FUSED = "fused_qkv_a_proj_with_mqa"
 _PARTS = ("q_a_proj", "kv_a_proj_with_mqa")
@@ -58,13 +71,9 @@ def sglang_version() -> str:
         return "unknown"
 
 
-def _check() -> str:
-    version = sglang_version()
-    if version not in TESTED_SGLANG:
-        raise UnsupportedUpstreamError(
-            f"SGLang {version} is not a release the patch was tested on ({', '.join(TESTED_SGLANG)}); nothing patched"
-        )
-    return f"SGLang {version}"
+def _warn(message: str) -> None:
+    """One warning line about the installed SGLang, as every line of the plugin's that says something is wrong."""
+    LOGGER.warning("scalar-scales: SGLang %s: %s", sglang_version(), message)
 
 
 _loading: list[torch.nn.Module] = []
@@ -151,7 +160,8 @@ LOADER_PATCHES = PatchSet(
             parameters=("self", "param", "loaded_weight"),
         ),
     ],
-    check=_check,
+    supports=SUPPORTED,
+    warn=_warn,
 )
 """SGLang's model-loading patches."""
 

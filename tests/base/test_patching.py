@@ -1,14 +1,22 @@
-"""The patch mechanism: all rows or none, exact revert, idempotent apply."""
+"""The patch mechanism: the releases a set declares, all rows or none, exact revert, idempotent apply.
+
+The declared upstream is pytest, a real distribution installed wherever these tests run.
+"""
 
 from __future__ import annotations
 
 import sys
 import threading
 import types
+from importlib import metadata
 
 import pytest
 
-from scalar_scales.patching import Patch, PatchSet, UnsupportedUpstreamError
+from scalar_scales.patching import ALLOW_UNTESTED_ENV, Patch, PatchSet, UnsupportedUpstreamError, within
+
+PYTEST = metadata.version("pytest")
+SUPPORTED = {"pytest": ">=1"}
+"""A declaration this environment's pytest is inside."""
 
 
 @pytest.fixture
@@ -32,8 +40,11 @@ def doubling(original: classmethod) -> classmethod:
     return classmethod(lambda cls, x: 2 * original.__func__(cls, x))
 
 
-def patch_set(*rows: Patch) -> PatchSet:
-    return PatchSet("test", list(rows), check=lambda: "upstream 1.0")
+def patch_set(*rows: Patch, supports: dict[str, str] = SUPPORTED, warned: list[str] | None = None) -> PatchSet:
+    return PatchSet("test", list(rows), supports=supports, warn=None if warned is None else warned.append)
+
+
+HELPER = Patch("scalar_scales_test_upstream", "helper", lambda f: lambda: "patched", "why")
 
 
 def test_apply_patches_a_classmethod_and_revert_restores_the_same_object(upstream):
@@ -47,27 +58,72 @@ def test_apply_patches_a_classmethod_and_revert_restores_the_same_object(upstrea
 
 def test_a_missing_attribute_refuses_the_whole_set(upstream):
     original_helper = upstream.helper
-    patches = patch_set(
-        Patch("scalar_scales_test_upstream", "helper", lambda f: lambda: "patched", "why"),
-        Patch("scalar_scales_test_upstream.Compressor", "decompress", doubling, "why"),
-    )
-    with pytest.raises(UnsupportedUpstreamError, match=r"Compressor.decompress not found.*nothing was patched"):
+    patches = patch_set(HELPER, Patch("scalar_scales_test_upstream.Compressor", "decompress", doubling, "why"))
+    with pytest.raises(UnsupportedUpstreamError) as refusal:
         patches.apply()
+    assert str(refusal.value) == (
+        f"test supports pytest >=1; pytest {PYTEST} is installed, but "
+        "scalar_scales_test_upstream.Compressor.decompress not found, so nothing was patched"
+    )
     assert upstream.helper is original_helper
     assert not patches.is_applied()
 
 
-def test_a_failing_check_patches_nothing(upstream):
-    def refuse() -> str:
-        raise UnsupportedUpstreamError("upstream 9.9 is not supported")
-
-    original_helper = upstream.helper
-    replacement = Patch("scalar_scales_test_upstream", "helper", lambda f: lambda: "patched", "why")
-    patches = PatchSet("test", [replacement], check=refuse)
-    with pytest.raises(UnsupportedUpstreamError):
+def test_a_release_outside_the_declaration_is_refused_in_the_same_shape_with_nothing_patched(upstream):
+    """The declaration is checked before any row: a release it does not name is refused as a row that does not
+    resolve is, saying what the set supports and what is installed."""
+    patches = patch_set(HELPER, supports={"pytest": "<1"})
+    with pytest.raises(UnsupportedUpstreamError) as refusal:
         patches.apply()
-    assert upstream.helper is original_helper and upstream.helper() == "original"
-    assert not patches.is_applied()
+    assert str(refusal.value) == (
+        f"test supports pytest <1; pytest {PYTEST} is installed, so nothing was patched "
+        f"({ALLOW_UNTESTED_ENV}=1 tries anyway)"
+    )
+    assert upstream.helper() == "original" and not patches.is_applied()
+
+
+def test_a_set_none_of_whose_distributions_is_installed_is_refused(upstream):
+    """A declaration is met by a release that is there: with none installed there is nothing it supports."""
+    patches = patch_set(HELPER, supports={"scalar-scales-no-such-upstream": ">=1"})
+    with pytest.raises(UnsupportedUpstreamError) as refusal:
+        patches.apply()
+    assert str(refusal.value) == (
+        "test supports scalar-scales-no-such-upstream >=1; it is not installed, so nothing was patched"
+    )
+    assert upstream.helper() == "original"
+
+
+def test_the_opt_in_patches_a_release_outside_the_declaration_with_one_warning(upstream, monkeypatch):
+    """docs/environment.md: at the user's own risk, and said once, in the refusal's shape."""
+    monkeypatch.setenv(ALLOW_UNTESTED_ENV, "1")
+    warned: list[str] = []
+    patches = patch_set(HELPER, supports={"pytest": "<1"}, warned=warned)
+    assert patches.apply() == f"pytest {PYTEST}"
+    assert upstream.helper() == "patched"
+    assert warned == [
+        f"test supports pytest <1; pytest {PYTEST} is installed, patched anyway because {ALLOW_UNTESTED_ENV}=1"
+    ]
+
+
+def test_the_opt_in_still_refuses_a_row_that_does_not_resolve_and_warns_of_nothing(upstream, monkeypatch):
+    """The opt-in lets a release through, not code the rows were not written for."""
+    monkeypatch.setenv(ALLOW_UNTESTED_ENV, "1")
+    warned: list[str] = []
+    missing = Patch("scalar_scales_test_upstream.Compressor", "decompress", doubling, "why")
+    patches = patch_set(HELPER, missing, supports={"pytest": "<1"}, warned=warned)
+    with pytest.raises(UnsupportedUpstreamError, match=r", but .*Compressor.decompress not found, so nothing was"):
+        patches.apply()
+    assert upstream.helper() == "original" and warned == []
+
+
+@pytest.mark.parametrize(
+    ("version", "inside"),
+    [("0.33.0", True), ("0.33.1.dev4+g1234.cpu", True), ("0.34.0rc1", False), ("0.22.9", False), ("cpu", False)],
+)
+def test_a_version_is_inside_a_specifier_as_pep_440_orders_it(version, inside):
+    """A development build of a supported series is inside; a release candidate of the next is not, and a
+    version that is no version is never inside."""
+    assert within(version, ">=0.23,<0.34") is inside
 
 
 def test_rows_of_a_package_that_is_not_installed_are_skipped(upstream):
@@ -86,7 +142,7 @@ def test_apply_twice_wraps_once(upstream):
 def test_a_row_whose_original_takes_other_parameters_refuses_the_whole_set(upstream):
     original_helper = upstream.helper
     patches = patch_set(
-        Patch("scalar_scales_test_upstream", "helper", lambda f: lambda: "patched", "why"),
+        HELPER,
         Patch("scalar_scales_test_upstream.Compressor", "compress", doubling, "why", parameters=("cls", "y")),
     )
     with pytest.raises(UnsupportedUpstreamError, match=r"Compressor.compress takes \('cls', 'x'\), not \('cls', 'y'\)"):
@@ -155,7 +211,7 @@ def test_rows_planned_by_a_function_are_planned_when_the_set_is_applied(upstream
         planned.append("planned")
         return [Patch("scalar_scales_test_upstream.Compressor", "compress", doubling, "why")]
 
-    patches = PatchSet("test", plan, check=lambda: "upstream 1.0")
+    patches = PatchSet("test", plan, supports=SUPPORTED)
     assert planned == []
     patches.apply()
     assert planned and upstream.Compressor.compress(3) == 6
@@ -165,10 +221,13 @@ def test_a_refusal_is_kept_until_revert(upstream):
     def plan() -> list[Patch]:
         raise UnsupportedUpstreamError("no class recognised")
 
-    patches = PatchSet("test", plan, check=lambda: "upstream 1.0")
+    patches = PatchSet("test", plan, supports=SUPPORTED)
     with pytest.raises(UnsupportedUpstreamError, match="no class recognised"):
         patches.apply()
-    assert "no class recognised; this upstream version's internals are not recognised" in str(patches.refusal)
+    assert (
+        str(patches.refusal)
+        == f"test supports pytest >=1; pytest {PYTEST} is installed, but no class recognised, so nothing was patched"
+    )
     patches.revert()
     assert patches.refusal is None
 

@@ -47,10 +47,17 @@ def test_revert_puts_back_the_very_objects_it_replaced():
 
 
 def test_a_release_the_patch_was_not_tested_on_is_refused_with_nothing_patched(monkeypatch, caplog):
+    """The installed 0.5.23 against a declaration of 0.5.22 only: one warning line, in the shape every patch set
+    refuses in (scalar_scales.patching)."""
     before = originals()
-    monkeypatch.setattr(loaders, "TESTED_SGLANG", ("0.5.22",))
+    monkeypatch.setitem(loaders.LOADER_PATCHES.supports, "sglang", "==0.5.22")
     assert sglang_patch.apply() == []
-    assert originals() == before and "SGLang 0.5.23 is not a release the patch was tested on (0.5.22)" in caplog.text
+    assert originals() == before
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == "sglang.scalar_scales"]
+    assert warning == (
+        "scalar-scales: SGLang 0.5.23: sglang_patch loader supports sglang ==0.5.22; sglang 0.5.23 is installed, "
+        "so nothing was patched (SCALAR_SCALES_ALLOW_UNTESTED_UPSTREAM=1 tries anyway)"
+    )
 
 
 REGISTER_THEN_IMPORT = """
@@ -74,9 +81,9 @@ def test_register_imports_no_loader_and_patches_once_when_sglang_imports_it_howe
 def test_register_never_raises_where_it_patches_nothing(monkeypatch, caplog):
     import sglang.srt.model_loader.loader  # noqa: F401
 
-    monkeypatch.setattr(loaders, "TESTED_SGLANG", ("0.5.22",))
+    monkeypatch.setitem(loaders.LOADER_PATCHES.supports, "sglang", "==0.5.22")
     sglang_patch.register()
-    assert not sglang_patch.is_applied() and "nothing patched" in caplog.text
+    assert not sglang_patch.is_applied() and "nothing was patched" in caplog.text
 
 
 def test_a_gguf_parameter_not_yet_materialized_passes_through_to_sglang_s_loader():

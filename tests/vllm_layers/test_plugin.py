@@ -16,7 +16,7 @@ import pytest
 import vllm_patch
 from scalar_scales.patching import import_dotted
 from scalar_scales_testkit.vllm_layers import changed_vllm, is_routed_experts
-from vllm_patch.loaders import plan_loader_patches
+from vllm_patch.loaders import LOADER_PATCHES, plan_loader_patches
 from vllm_patch.targets import EMULATED_MODULES, MODELOPT_MODULE, emulated_modules
 
 # vLLM 0.32 configures its log handlers when an engine starts; a bare discovery needs one to show INFO.
@@ -121,6 +121,16 @@ def test_vllm_plugins_without_us_patches_nothing():
     assert "scalar-scales" not in output
 
 
+def test_an_emulation_switch_set_wrong_is_one_warning_naming_it_and_leaves_vllm_as_it_is():
+    """docs/environment.md: a typo leaves vLLM as it is. The MoE loader's import hook used to be installed before
+    the value was read, so the loader was patched all the same."""
+    output = discover(SCALAR_SCALES_NVFP4_EMULATION="yes")
+    assert "applied: False" in output
+    (warning,) = [line for line in output.splitlines() if "scalar-scales" in line]
+    assert "SCALAR_SCALES_NVFP4_EMULATION must be 0 or 1, not 'yes'" in warning
+    assert "nothing patched" in warning
+
+
 def test_register_logs_one_line_naming_the_version_each_method_and_what_its_wrapper_does(caplog):
     """In a process that has imported vLLM's MoE loader, as every process that loads a MoE model has."""
     import_dotted(plan_loader_patches().owner)
@@ -216,6 +226,23 @@ def run_changed(tmp_path: Path, change) -> str:
 
 def warnings_of(output: str) -> list[str]:
     return [line for line in output.splitlines() if "scalar-scales: vLLM" in line]
+
+
+def test_a_vllm_release_outside_the_declaration_gets_one_warning_line_and_no_patch(monkeypatch, caplog):
+    """The installed vLLM against a declaration that leaves it out: refused before any method is looked at, in
+    the shape every patch set refuses in (scalar_scales.patching)."""
+    import_dotted(plan_loader_patches().owner)
+    (distribution,) = [d.name for d in metadata.distributions() if d.name in LOADER_PATCHES.supports]
+    monkeypatch.setitem(LOADER_PATCHES.supports, distribution, "<0.23")
+    with caplog.at_level(logging.INFO, logger="vllm.scalar_scales"):
+        assert vllm_patch.apply() == [] and vllm_patch.apply() == []
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == "vllm.scalar_scales"]
+    version = metadata.version(distribution)
+    assert warning == (
+        f"scalar-scales: vLLM {version}: vllm_patch loader supports {distribution} <0.23; {distribution} {version} "
+        "is installed, so nothing was patched (SCALAR_SCALES_ALLOW_UNTESTED_UPSTREAM=1 tries anyway)"
+    )
+    assert not vllm_patch.is_applied()
 
 
 def test_a_vllm_whose_loader_renamed_a_method_gets_one_warning_line_and_no_patch(tmp_path):

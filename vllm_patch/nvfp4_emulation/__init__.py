@@ -30,7 +30,8 @@ from vllm_patch.nvfp4_emulation.numerics import (
     fake_quantize_nvfp4_activation,
 )
 from vllm_patch.targets import LINEAR_SCHEME_MODULE, MODELOPT_MODULE, MOE_METHOD_MODULE
-from vllm_patch.vllm_version import vllm_version
+from vllm_patch.vllm_logging import warn
+from vllm_patch.vllm_version import MODELOPT_SUPPORTED
 
 __all__ = [
     "EMULATION_PATCHES",
@@ -45,7 +46,8 @@ __all__ = [
 MODELOPT_PATCHES = PatchSet(
     "vllm_patch.nvfp4_emulation (ModelOpt)",
     [*MODELOPT_LINEAR_PATCHES, *MODELOPT_MOE_PATCHES],
-    check=lambda: f"vLLM {vllm_version()}",
+    supports=MODELOPT_SUPPORTED,
+    warn=warn,
 )
 """ModelOpt's linear and NVFP4 MoE methods live in one vLLM module, so their patches go in together."""
 EMULATION_PATCHES = {

@@ -26,7 +26,8 @@ from vllm_patch.nvfp4_emulation.numerics import (
 from vllm_patch.nvfp4_emulation.ops import emulated_linear
 from vllm_patch.nvfp4_emulation.refusal import emulate_on_refusal
 from vllm_patch.targets import LINEAR_SCHEME_MODULE, MODELOPT_MODULE
-from vllm_patch.vllm_version import vllm_version
+from vllm_patch.vllm_logging import warn
+from vllm_patch.vllm_version import SUPPORTED
 
 __all__ = ["LINEAR_PATCHES", "MODELOPT_LINEAR_PATCHES", "EmulatedNvfp4LinearKernel"]
 
@@ -107,7 +108,8 @@ LINEAR_PATCHES = PatchSet(
             parameters=("self", "layer"),
         ),
     ],
-    check=lambda: f"vLLM {vllm_version()}",
+    supports=SUPPORTED,
+    warn=warn,
 )
 """The linear scheme's patches: what the emulation wraps, why, and the parameters it calls each original with."""
 

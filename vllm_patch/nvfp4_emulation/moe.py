@@ -32,7 +32,8 @@ from vllm_patch.nvfp4_emulation.numerics import (
 from vllm_patch.nvfp4_emulation.ops import emulated_experts
 from vllm_patch.nvfp4_emulation.refusal import emulate_on_refusal
 from vllm_patch.targets import MODELOPT_MODULE, MOE_METHOD_MODULE
-from vllm_patch.vllm_version import vllm_version
+from vllm_patch.vllm_logging import warn
+from vllm_patch.vllm_version import SUPPORTED
 
 __all__ = ["MODELOPT_MOE_PATCHES", "MOE_PATCHES", "EmulatedMoE", "is_emulated"]
 
@@ -264,7 +265,8 @@ MOE_PATCHES = PatchSet(
             parameters=("self", "layer", "x", "topk_weights", "topk_ids", "shared_experts", "shared_experts_input"),
         ),
     ],
-    check=lambda: f"vLLM {vllm_version()}",
+    supports=SUPPORTED,
+    warn=warn,
 )
 """The MoE method's patches: what the emulation wraps, why, and the parameters it calls each original with."""
 
