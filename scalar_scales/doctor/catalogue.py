@@ -1,66 +1,56 @@
-"""Every rule of ``scalar-scales check``, in code order, and the selection ``--select`` and ``--ignore`` make."""
+"""Every rule of ``scalar-scales check``, one line a rule, and the selection ``--select`` and ``--ignore`` make.
+
+A rule is defined, its text and examples too, in its family's module
+(:mod:`.scale_rules`, :mod:`.module_rules`, :mod:`.index_rules`,
+:mod:`.config_rules`); its line here is all the rest needs: ``scalar-scales
+rule``, ``--select`` and ``--ignore``, the test kit's broken corpus,
+docs/rules.md and the count of rules README.md and docs/check.md give
+(``scripts/rule_docs.py``) are made from :data:`RULES`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from scalar_scales.doctor.config_rules import (
-    input_scale_for_weight_only,
-    kv_scales_missing,
-    kv_scales_undeclared,
-    nvfp4_undeclared,
-    quantized_but_ignored,
-    quantized_but_not_targeted,
-    targeted_but_not_nvfp4,
-)
-from scalar_scales.doctor.index_rules import index_names_missing_tensor, tensor_not_in_index
-from scalar_scales.doctor.module_rules import (
-    missing_input_global_scale,
-    missing_weight_global_scale,
-    missing_weight_scale,
-    weight_scale_shape,
-    wrong_dtype,
-)
+import scalar_scales.doctor.config_rules as config_rules
+import scalar_scales.doctor.index_rules as index_rules
+import scalar_scales.doctor.module_rules as module_rules
+import scalar_scales.doctor.scale_rules as scale_rules
 from scalar_scales.doctor.rules import Rule
-from scalar_scales.doctor.scale_rules import (
-    fused_scales_differ,
-    invalid_scale_value,
-    legacy_scale_shape,
-    marker_disagrees,
-    marker_missing,
-    other_convention,
-)
 
 __all__ = ["RULES", "selected_codes"]
 
-RULES: dict[str, Rule] = {
-    rule.code: rule
-    for rule in sorted(
-        (
-            legacy_scale_shape,
-            marker_disagrees,
-            marker_missing,
-            missing_weight_global_scale,
-            missing_input_global_scale,
-            missing_weight_scale,
-            invalid_scale_value,
-            other_convention,
-            fused_scales_differ,
-            weight_scale_shape,
-            wrong_dtype,
-            index_names_missing_tensor,
-            tensor_not_in_index,
-            quantized_but_ignored,
-            quantized_but_not_targeted,
-            targeted_but_not_nvfp4,
-            input_scale_for_weight_only,
-            kv_scales_missing,
-            kv_scales_undeclared,
-            nvfp4_undeclared,
-        ),
-        key=lambda rule: rule.code,
-    )
-}
+
+def _by_code(*rules: Rule) -> dict[str, Rule]:
+    """``rules`` by code, in code order; two rules of one code or one name are a mistake made here."""
+    by_code = {rule.code: rule for rule in sorted(rules, key=lambda rule: rule.code)}
+    if len(by_code) != len(rules) or len({rule.name for rule in rules}) != len(rules):
+        raise ValueError("two rules of the catalogue share a code or a name")
+    return by_code
+
+
+RULES: dict[str, Rule] = _by_code(
+    scale_rules.legacy_scale_shape,
+    scale_rules.marker_disagrees,
+    scale_rules.marker_missing,
+    module_rules.missing_weight_global_scale,
+    module_rules.missing_input_global_scale,
+    module_rules.missing_weight_scale,
+    scale_rules.invalid_scale_value,
+    scale_rules.other_convention,
+    scale_rules.fused_scales_differ,
+    module_rules.weight_scale_shape,
+    module_rules.wrong_dtype,
+    index_rules.index_names_missing_tensor,
+    index_rules.tensor_not_in_index,
+    config_rules.quantized_but_ignored,
+    config_rules.quantized_but_not_targeted,
+    config_rules.targeted_but_not_nvfp4,
+    config_rules.input_scale_for_weight_only,
+    config_rules.kv_scales_missing,
+    config_rules.kv_scales_undeclared,
+    config_rules.nvfp4_undeclared,
+)
 """Every rule, by code. The effects are the ones docs/check-evidence.md records; tests/base/doctor/test_evidence.py
 fails where they differ."""
 
@@ -70,10 +60,15 @@ def selected_codes(select: Iterable[str] = (), ignore: Iterable[str] = ()) -> fr
 
     With no ``select``, every rule is selected. An entry that matches no rule
     is a :class:`ValueError` naming it: a typo must not silently switch a
-    rule off.
+    rule off. So is a selection that leaves no rule: a check of no rule
+    would pass any checkpoint.
     """
-    chosen = _matching(_entries(select)) if _entries(select) else set(RULES)
-    return frozenset(chosen - _matching(_entries(ignore)))
+    selected, ignored = _entries(select), _entries(ignore)
+    chosen = frozenset(_matching(selected) if selected else RULES) - _matching(ignored)
+    if not chosen:  # only --ignore empties a selection: each --select entry matches a rule
+        given = (f"--select {','.join(selected)} " if selected else "") + f"--ignore {','.join(ignored)}"
+        raise ValueError(f"{given} leaves no rule to apply, and a check of no rule would pass any checkpoint")
+    return chosen
 
 
 def _entries(values: Iterable[str]) -> list[str]:

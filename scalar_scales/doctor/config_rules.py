@@ -16,6 +16,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from scalar_scales.doctor.examples import (
+    AddScales,
+    DeclareKVCache,
+    DropDeclaration,
+    Example,
+    IgnoreLayer,
+    TargetOnlyLayer,
+    Unquantize,
+    WeightOnly,
+)
 from scalar_scales.doctor.matching import Kind, Verdict
 from scalar_scales.doctor.rules import Found, checkpoint_rule
 from scalar_scales.doctor.view import CheckpointView
@@ -33,10 +43,8 @@ __all__ = [
 ]
 
 
-def _judged(checkpoint: CheckpointView) -> bool:
-    """The config declares groups the modules can be judged against (not class names a checkpoint cannot show)."""
-    expectations = checkpoint.expectations
-    return checkpoint.layout is not None and expectations.declares and not expectations.unjudged_classes
+_KV_SCALES = ("model.layers.0.self_attn.k_scale", "model.layers.0.self_attn.v_scale")
+"""The KV-cache scales NV606's example stores: those of the first layer's attention."""
 
 
 def _modules(checkpoint: CheckpointView, kind: Kind) -> Iterator[tuple[str, Verdict]]:
@@ -53,20 +61,28 @@ def _file_of(checkpoint: CheckpointView, tensor: str) -> str:
     "quantized-but-ignored",
     "error",
     "load-error",
-    "an NVFP4 module the config leaves unquantized",
+    summary="an NVFP4 module the config leaves unquantized",
+    needs=("nvfp4", "quantization"),
     judges_classes=True,
+    examples=(
+        Example(
+            "quantized-layer-ignored",
+            "a layer stored as NVFP4 that the config leaves unquantized, as MTP layers are (vLLM #43304)",
+            (IgnoreLayer(1),),
+            names="{module}.down_proj.{weight}",
+        ),
+    ),
+    explanation="""
+        A module stored as NVFP4 that the config's `ignore`
+        (ModelOpt's hf_quant_config.json: `exclude_modules`) leaves unquantized. vLLM builds it unquantized
+        and finds no parameter for its tensors: `Layer model.layers.1.mlp.experts has
+        no parameter 'w2_input_global_scale'`. This is how MTP layers fail when
+        `ignore` keeps `re:.*mtp\\..*` unquantized and the shards quantize them (vLLM
+        #43304, #44087).
+        """,
 )
 def quantized_but_ignored(checkpoint: CheckpointView) -> Iterator[Found]:
-    """A module stored as NVFP4 that the config's `ignore`
-    (ModelOpt's hf_quant_config.json: `exclude_modules`) leaves unquantized. vLLM builds it unquantized
-    and finds no parameter for its tensors: `Layer model.layers.1.mlp.experts has
-    no parameter 'w2_input_global_scale'`. This is how MTP layers fail when
-    `ignore` keeps `re:.*mtp\\..*` unquantized and the shards quantize them (vLLM
-    #43304, #44087). Corpus case: `quantized-layer-ignored`.
-    """
-    if not _judged(checkpoint):
-        return
-    assert checkpoint.layout is not None
+    assert checkpoint.layout is not None  # needs: nvfp4
     declared = checkpoint.expectations.declared
     what = "ignore" if declared is None else declared.ignore_key
     for module, (_, ignored) in _modules(checkpoint, "nvfp4"):
@@ -86,18 +102,26 @@ def quantized_but_ignored(checkpoint: CheckpointView) -> Iterator[Found]:
     "quantized-but-not-targeted",
     "error",
     "load-error",
-    "an NVFP4 module no NVFP4 config group targets",
+    summary="an NVFP4 module no NVFP4 config group targets",
+    needs=("nvfp4", "quantization"),
     judges_classes=True,
+    examples=(
+        Example(
+            "quantized-layer-untargeted",
+            "a layer stored as NVFP4 that no NVFP4 group targets: compressed-tensors' groups target layer 0 alone, "
+            "ModelOpt's MIXED_PRECISION lists layer 0's modules alone",
+            (TargetOnlyLayer(0),),
+            names="{module}.down_proj.{weight}",
+        ),
+    ),
+    explanation="""
+        A module stored as NVFP4 that no NVFP4 config group
+        targets (ModelOpt MIXED_PRECISION: that `quantized_layers` does not list).
+        vLLM builds it unquantized, as for NV601.
+        """,
 )
 def quantized_but_not_targeted(checkpoint: CheckpointView) -> Iterator[Found]:
-    """A module stored as NVFP4 that no NVFP4 config group
-    targets (ModelOpt MIXED_PRECISION: that `quantized_layers` does not list).
-    vLLM builds it unquantized, as for NV601. Corpus case:
-    `quantized-layer-untargeted`.
-    """
-    if not _judged(checkpoint):
-        return
-    assert checkpoint.layout is not None
+    assert checkpoint.layout is not None  # needs: nvfp4
     for module, (groups, ignored) in _modules(checkpoint, "nvfp4"):
         if not groups and not ignored:
             tensor = f"{module}.{checkpoint.layout.weight}"
@@ -114,21 +138,29 @@ def quantized_but_not_targeted(checkpoint: CheckpointView) -> Iterator[Found]:
     "targeted-but-not-nvfp4",
     "error",
     "load-error",
-    "a module an NVFP4 group targets, stored otherwise",
+    summary="a module an NVFP4 group targets, stored otherwise",
+    needs=("nvfp4", "quantization"),
     judges_classes=True,
     elsewhere={MODELOPT: "nan-output"},
+    examples=(
+        Example(
+            "targeted-layer-unquantized",
+            "a linear layer the NVFP4 group targets, stored in BF16 as a quantizer that skipped it writes it: layer "
+            "0's attention output projection where the checkpoint has one, else an expert's down projection",
+            (Unquantize(("model.layers.0.self_attn.o_proj", "model.layers.0.mlp.experts.0.down_proj")),),
+        ),
+    ),
+    explanation="""
+        A linear module an NVFP4 group targets, stored
+        unquantized (or quantized another way): vLLM builds it as NVFP4. In
+        compressed-tensors' layout it finds a `weight` it has no parameter for,
+        and does not start. ModelOpt names its packed FP4 weight `weight` too, so
+        vLLM loads the stored weight's bytes as FP4 values and finds no scales for
+        them: NaN output. `lm_head` is not judged: vLLM never quantizes it under
+        compressed-tensors.
+        """,
 )
 def targeted_but_not_nvfp4(checkpoint: CheckpointView) -> Iterator[Found]:
-    """A linear module an NVFP4 group targets, stored
-    unquantized (or quantized another way): vLLM builds it as NVFP4. In
-    compressed-tensors' layout it finds a `weight` it has no parameter for,
-    and does not start. ModelOpt names its packed FP4 weight `weight` too, so
-    vLLM loads the stored weight's bytes as FP4 values and finds no scales for
-    them: NaN output. `lm_head` is not judged: vLLM never quantizes it under
-    compressed-tensors. Corpus case: `targeted-layer-unquantized`.
-    """
-    if not _judged(checkpoint):
-        return
     effect = (
         "loads its stored weight's bytes as FP4 values (observed for an unquantized one: NaN output)"
         if checkpoint.layout is not None and checkpoint.layout.weight_named_plainly
@@ -155,21 +187,29 @@ def targeted_but_not_nvfp4(checkpoint: CheckpointView) -> Iterator[Found]:
     "input-scale-for-weight-only",
     "error",
     "load-error",
-    "an input scale stored for a weight-only group",
+    summary="an input scale stored for a weight-only group",
+    needs=("nvfp4", "quantization"),
     judges_classes=True,
     producers=frozenset({COMPRESSED_TENSORS}),
+    examples=(
+        Example(
+            "weight-only-with-input-scales",
+            "a weight-only (NVFP4A16) config group whose modules still carry input global scales",
+            (WeightOnly(),),
+            names="{module}.down_proj.{input_global}",
+        ),
+    ),
+    explanation="""
+        An `input_global_scale` stored for a module whose
+        compressed-tensors config group is weight-only (`input_activations: null`,
+        NVFP4A16): vLLM has no parameter for it, and its fused QKV loader fails
+        (`'QKVParallelLinear' object has no attribute 'data'`). Not applied to
+        ModelOpt: its weight-only methods register an `input_scale` and drop it.
+        """,
 )
 def input_scale_for_weight_only(checkpoint: CheckpointView) -> Iterator[Found]:
-    """An `input_global_scale` stored for a module whose
-    compressed-tensors config group is weight-only (`input_activations: null`,
-    NVFP4A16): vLLM has no parameter for it, and its fused QKV loader fails
-    (`'QKVParallelLinear' object has no attribute 'data'`). Not applied to
-    ModelOpt: its weight-only methods register an `input_scale` and drop it.
-    Corpus case: `weight-only-with-input-scales`.
-    """
     layout, expectations = checkpoint.layout, checkpoint.expectations
-    if not _judged(checkpoint) or layout is None:
-        return
+    assert layout is not None  # needs: nvfp4
     if all(group.input_activations for group in expectations.nvfp4_groups):
         return
     verdict_of = dict(_modules(checkpoint, "nvfp4"))
@@ -191,17 +231,19 @@ def input_scale_for_weight_only(checkpoint: CheckpointView) -> Iterator[Found]:
     "kv-scales-missing",
     "error",
     "wrong-output",
-    "a declared KV-cache quantization without k_scale/v_scale",
+    summary="a declared KV-cache quantization without k_scale/v_scale",
+    needs=("nvfp4", "quantization"),
+    examples=(Example("kv-scales-missing", "an FP8 KV cache declared, without its scales", (DeclareKVCache(),)),),
+    explanation="""
+        The config declares a quantized KV cache
+        (`kv_cache_scheme`, ModelOpt's `kv_cache_quant_algo`), but no shard holds a
+        `k_scale` or `v_scale`: vLLM starts and serves without them, and the toy
+        generated other tokens. The finding names the config.
+        """,
 )
 def kv_scales_missing(checkpoint: CheckpointView) -> Iterator[Found]:
-    """The config declares a quantized KV cache
-    (`kv_cache_scheme`, ModelOpt's `kv_cache_quant_algo`), but no shard holds a
-    `k_scale` or `v_scale`: vLLM starts and serves without them, and the toy
-    generated other tokens. The finding names the config. Corpus case:
-    `kv-scales-missing`.
-    """
     declared = checkpoint.expectations.declared
-    if _kv_judged(checkpoint) and declared is not None and declared.kv_cache and not checkpoint.kv_scales:
+    if declared is not None and declared.kv_cache and not checkpoint.kv_scales:
         yield (
             None,
             declared.source or "config.json",
@@ -216,15 +258,23 @@ def kv_scales_missing(checkpoint: CheckpointView) -> Iterator[Found]:
     "kv-scales-undeclared",
     "info",
     "none",
-    "k_scale/v_scale stored without a KV-cache quantization",
+    summary="k_scale/v_scale stored without a KV-cache quantization",
+    needs=("nvfp4", "quantization"),
+    examples=(
+        Example(
+            "kv-scales-undeclared",
+            "KV-cache scales stored, with no KV-cache quantization declared",
+            (AddScales(_KV_SCALES, 1.0, beside="model.layers.0.mlp.experts.0.gate_proj.{weight}"),),
+        ),
+    ),
+    explanation="""
+        `k_scale`/`v_scale` tensors are stored, but the config
+        declares no KV-cache quantization: vLLM serves the checkpoint as without them.
+        """,
 )
 def kv_scales_undeclared(checkpoint: CheckpointView) -> Iterator[Found]:
-    """`k_scale`/`v_scale` tensors are stored, but the config
-    declares no KV-cache quantization: vLLM serves the checkpoint as without them.
-    Corpus case: `kv-scales-undeclared`.
-    """
     declared = checkpoint.expectations.declared
-    if _kv_judged(checkpoint) and declared is not None and not declared.kv_cache and checkpoint.kv_scales:
+    if declared is not None and not declared.kv_cache and checkpoint.kv_scales:
         yield (
             None,
             declared.source or "config.json",
@@ -234,19 +284,28 @@ def kv_scales_undeclared(checkpoint: CheckpointView) -> Iterator[Found]:
         )
 
 
-def _kv_judged(checkpoint: CheckpointView) -> bool:
-    return checkpoint.layout is not None and checkpoint.expectations.declares
-
-
 @checkpoint_rule(
-    "NV607", "nvfp4-undeclared", "error", "load-error", "NVFP4 modules in the shards, no NVFP4 in the config"
+    "NV607",
+    "nvfp4-undeclared",
+    "error",
+    "load-error",
+    summary="NVFP4 modules in the shards, no NVFP4 in the config",
+    needs=("nvfp4", "config"),
+    examples=(
+        Example(
+            "quantization-undeclared",
+            "NVFP4 shards under a config that declares no quantization (the declaration dropped in a re-save)",
+            (DropDeclaration(),),
+        ),
+    ),
+    explanation="""
+        The shards hold NVFP4 modules, in either layout, but the
+        config declares no NVFP4 (no `quantization_config` and no
+        `hf_quant_config.json`, or another method): vLLM builds every module
+        unquantized.
+        """,
 )
 def nvfp4_undeclared(checkpoint: CheckpointView) -> Iterator[Found]:
-    """The shards hold NVFP4 modules, in either layout, but the
-    config declares no NVFP4 (no `quantization_config` and no
-    `hf_quant_config.json`, or another method): vLLM builds every module
-    unquantized. Corpus case: `quantization-undeclared`.
-    """
     declared, layout = checkpoint.scan.declared, checkpoint.layout
     if declared is None or declared.is_nvfp4 or layout is None:
         return

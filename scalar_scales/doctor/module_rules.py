@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+from scalar_scales.doctor.examples import Example, HalveGroups, Remove, SetDtype
 from scalar_scales.doctor.rules import Found, checkpoint_rule
 from scalar_scales.doctor.view import CheckpointView
 from scalar_scales.nvfp4 import ProducerLayout
@@ -32,17 +33,26 @@ _UNINITIALISED = "observed: NaN output or other tokens, as that memory varies"
     "missing-weight-global-scale",
     "error",
     "nan-output",
-    "an NVFP4 module without its weight global scale",
+    summary="an NVFP4 module without its weight global scale",
+    needs=("nvfp4",),
+    examples=(
+        Example(
+            "no-weight-global-scale",
+            "a module's weight global scale left out",
+            (Remove("{module}.down_proj.{weight_global}"),),
+            per_module=True,
+        ),
+    ),
+    explanation="""
+        Observed: NaN output, or other tokens, as the memory vLLM leaves uninitialised
+        varies between runs. A module has its packed weight but no weight global
+        scale (`weight_global_scale`, ModelOpt's `weight_scale_2`). vLLM allocates the
+        parameter with `torch.empty`, nothing overwrites it, and the module
+        dequantizes with whatever that memory held (vLLM PR 54444). A module whose
+        tensors straddle two shards is checked once both are read.
+        """,
 )
 def missing_weight_global_scale(checkpoint: CheckpointView) -> Iterator[Found]:
-    """Observed: NaN output, or other tokens, as the memory vLLM leaves uninitialised
-    varies between runs. A module has its packed weight but no weight global
-    scale (`weight_global_scale`, ModelOpt's `weight_scale_2`). vLLM allocates the
-    parameter with `torch.empty`, nothing overwrites it, and the module
-    dequantizes with whatever that memory held (vLLM PR 54444). A module whose
-    tensors straddle two shards is checked once both are read. Corpus case:
-    `no-weight-global-scale`.
-    """
     if checkpoint.layout is not None:
         yield from _missing(checkpoint, checkpoint.layout, checkpoint.layout.weight_global)
 
@@ -52,30 +62,54 @@ def missing_weight_global_scale(checkpoint: CheckpointView) -> Iterator[Found]:
     "missing-input-global-scale",
     "error",
     "nan-output",
-    "a W4A4 module without its input global scale",
+    summary="a W4A4 module without its input global scale",
+    needs=("nvfp4", "quantization"),
+    examples=(
+        Example(
+            "no-input-global-scale",
+            "a module's input scale left out (vLLM #45212: a per-expert input scale missing)",
+            (Remove("{module}.down_proj.{input_global}"),),
+            per_module=True,
+        ),
+    ),
+    explanation="""
+        Observed: NaN output, or other tokens, as the memory vLLM leaves uninitialised
+        varies between runs. The module's config group quantizes activations (W4A4),
+        and the module has no input scale (`input_global_scale`, ModelOpt's
+        `input_scale`): vLLM quantizes its activations with an uninitialised
+        parameter (vLLM #45212: zeros, then 1/0, then NaN). A module needs the scale
+        only when every NVFP4 group that quantizes it has `input_activations`;
+        without a config this rule is not checked.
+        """,
 )
 def missing_input_global_scale(checkpoint: CheckpointView) -> Iterator[Found]:
-    """Observed: NaN output, or other tokens, as the memory vLLM leaves uninitialised
-    varies between runs. The module's config group quantizes activations (W4A4),
-    and the module has no input scale (`input_global_scale`, ModelOpt's
-    `input_scale`): vLLM quantizes its activations with an uninitialised
-    parameter (vLLM #45212: zeros, then 1/0, then NaN). A module needs the scale
-    only when every NVFP4 group that quantizes it has `input_activations`;
-    without a config this rule is not checked. Corpus case:
-    `no-input-global-scale`.
-    """
     if checkpoint.layout is not None:
         needs = checkpoint.expectations.needs_input_scale
         yield from _missing(checkpoint, checkpoint.layout, checkpoint.layout.input_global, needs)
 
 
-@checkpoint_rule("NV203", "missing-weight-scale", "error", "nan-output", "an NVFP4 module without its group scales")
+@checkpoint_rule(
+    "NV203",
+    "missing-weight-scale",
+    "error",
+    "nan-output",
+    summary="an NVFP4 module without its group scales",
+    needs=("nvfp4",),
+    examples=(
+        Example(
+            "no-weight-scale",
+            "a module's group scales left out",
+            (Remove("{module}.down_proj.{weight_scale}"),),
+            per_module=True,
+        ),
+    ),
+    explanation="""
+        Observed: NaN output, or other tokens, as the memory vLLM leaves uninitialised
+        varies between runs. A module has its packed weight but no `weight_scale`
+        (the FP8 group scales); vLLM leaves the parameter uninitialised.
+        """,
+)
 def missing_weight_scale(checkpoint: CheckpointView) -> Iterator[Found]:
-    """Observed: NaN output, or other tokens, as the memory vLLM leaves uninitialised
-    varies between runs. A module has its packed weight but no `weight_scale`
-    (the FP8 group scales); vLLM leaves the parameter uninitialised. Corpus case:
-    `no-weight-scale`.
-    """
     if checkpoint.layout is not None:
         yield from _missing(checkpoint, checkpoint.layout, checkpoint.layout.weight_scale)
 
@@ -101,17 +135,27 @@ def _missing(
     "weight-scale-shape",
     "error",
     "nan-output",
-    "group scales whose shape does not fit the packed weight",
+    summary="group scales whose shape does not fit the packed weight",
+    needs=("nvfp4",),
+    examples=(
+        Example(
+            "weight-scale-groups-of-32",
+            "group scales for groups of 32 where the config says 16, as a packer with the wrong group size writes them",
+            (HalveGroups("{module}.gate_proj.{weight_scale}"),),
+            per_module=True,
+        ),
+    ),
+    explanation="""
+        Observed: NaN output, or other tokens, as the memory vLLM leaves uninitialised
+        varies between runs. A `weight_scale` whose shape does not fit its packed
+        weight: (rows, packed_cols) needs (rows, packed_cols · 2 / group_size), the
+        group size from the config group's `weights.group_size` (ModelOpt's
+        `group_size`), 16 without a config. vLLM's weight loader does not refuse
+        group scales for groups of 32: it loads them, and what the parameter does not
+        get stays uninitialised.
+        """,
 )
 def weight_scale_shape(checkpoint: CheckpointView) -> Iterator[Found]:
-    """Observed: NaN output, or other tokens, as the memory vLLM leaves uninitialised
-    varies between runs. A `weight_scale` whose shape does not fit its packed
-    weight: (rows, packed_cols) needs (rows, packed_cols · 2 / group_size), the
-    group size from the config group's `weights.group_size` (ModelOpt's
-    `group_size`), 16 without a config. vLLM's weight loader does not refuse
-    group scales for groups of 32: it loads them, and what the parameter does not
-    get stays uninitialised. Corpus case: `weight-scale-groups-of-32`.
-    """
     layout = checkpoint.layout
     if layout is None:
         return
@@ -145,15 +189,31 @@ def weight_scale_shape(checkpoint: CheckpointView) -> Iterator[Found]:
             )
 
 
-@checkpoint_rule("NV402", "wrong-dtype", "error", "nan-output", "an NVFP4 tensor of the wrong dtype")
+@checkpoint_rule(
+    "NV402",
+    "wrong-dtype",
+    "error",
+    "nan-output",
+    summary="an NVFP4 tensor of the wrong dtype",
+    needs=("nvfp4",),
+    examples=(
+        Example(
+            "weight-scale-e5m2",
+            "group scales labelled with the other FP8 format, F8_E5M2",
+            (SetDtype("{module}.gate_proj.{weight_scale}", "F8_E5M2"),),
+            per_module=True,
+        ),
+    ),
+    explanation="""
+        An NVFP4 tensor of the wrong dtype. Both producers
+        write the packed weight as U8 (two FP4 codes per byte), the group scales as
+        F8_E4M3 and the global scales as F32, and vLLM allocates parameters to match;
+        its `copy_` converts values into the parameter's dtype and does not keep the
+        bytes. Only the tensors of NVFP4 modules are judged: an FP8 projection beside
+        them has an F32 `weight_scale` of its own.
+        """,
+)
 def wrong_dtype(checkpoint: CheckpointView) -> Iterator[Found]:
-    """An NVFP4 tensor of the wrong dtype. Both producers
-    write the packed weight as U8 (two FP4 codes per byte), the group scales as
-    F8_E4M3 and the global scales as F32, and vLLM allocates parameters to match;
-    its `copy_` converts values into the parameter's dtype and does not keep the
-    bytes. Only the tensors of NVFP4 modules are judged: an FP8 projection beside
-    them has an F32 `weight_scale` of its own. Corpus case: `weight-scale-e5m2`.
-    """
     layout = checkpoint.layout
     if layout is None:
         return

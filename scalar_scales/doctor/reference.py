@@ -1,10 +1,10 @@
 """Each rule's reference, written from the catalogue: what ``scalar-scales rule CODE`` prints, and docs/rules.md
-(``scalar-scales rule --all``), which the test command holds to it."""
+(``scalar-scales rule --all``; ``scripts/rule_docs.py`` writes it), which the test command holds to it."""
 
 from __future__ import annotations
 
 from scalar_scales.doctor.catalogue import RULES
-from scalar_scales.doctor.rules import EFFECTS, Rule
+from scalar_scales.doctor.rules import EFFECTS, NEEDS, Rule
 from scalar_scales.nvfp4 import LAYOUTS
 
 __all__ = ["REFERENCE_TITLE", "reference_document", "rule_reference"]
@@ -12,8 +12,12 @@ __all__ = ["REFERENCE_TITLE", "reference_document", "rule_reference"]
 REFERENCE_TITLE = "# The rules of `scalar-scales check`"
 _INTRODUCTION = """\
 Generated from the rule catalogue (`scalar_scales.doctor.catalogue`) by
-`scalar-scales rule --all`; the test command fails where this file differs.
-[check.md](check.md) says how the rules are applied and reported.
+`scripts/rule_docs.py` (`scalar-scales rule --all` prints it); the test
+command fails where this file differs. [check.md](check.md) says how the
+rules are applied and reported. Each rule's example is a case of the broken
+corpus (`scalar_scales_testkit.broken`), made in each layout the rule is
+about: the test command holds the rule to finding it, and no other rule to
+finding anything in it.
 
 The codes are stable. NV1 covers the scale layout and its marker, NV2 the
 tensors a server needs and cannot find, NV3 the scale values, NV4 shapes and
@@ -24,8 +28,8 @@ follows from the effect."""
 
 
 def rule_reference(rule: Rule) -> str:
-    """One rule's reference, in Markdown: its heading, severity, effect, what it finds, its fix, and its
-    explanation."""
+    """One rule's reference, in Markdown: its heading, severity, effect, what it finds, its fix, what it is
+    applied to, its explanation and its examples."""
     lines = [
         f"### {rule.code} {rule.name} ({rule.severity})",
         "",
@@ -41,7 +45,10 @@ def rule_reference(rule: Rule) -> str:
         lines.append("Not applied where the config names a class a checkpoint cannot show.")
     if rule.producers != frozenset(LAYOUTS):
         lines.append(f"Applied to {' and '.join(sorted(rule.producers))} checkpoints only.")
-    return "\n".join([*lines, "", rule.explanation, ""])
+    if rule.needs:
+        lines.append(f"Applied only to a checkpoint with {' and '.join(NEEDS[need] for need in rule.needs)}.")
+    examples = [f"Example: `{example.name}`, {example.summary}." for example in rule.examples]
+    return "\n\n".join(["\n".join(lines), rule.explanation, *examples]) + "\n"
 
 
 def reference_document() -> str:

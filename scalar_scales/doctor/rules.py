@@ -1,12 +1,20 @@
 """What a rule of ``scalar-scales check`` is: one object with its stable code, name, severity, effect, summary,
-fix and explanation, and the one function that finds it, over one shard or over the whole checkpoint.
+explanation, fix and examples, what it needs of a checkpoint, and the one function that finds it, over one shard
+or over the whole checkpoint, all given where the rule is defined.
 
 The codes never change meaning. They are grouped by what they look at: NV1
 the scale layout and its marker, NV2 tensors a server needs and cannot find,
 NV3 scale values, NV4 shapes and dtypes, NV5 the index, NV6 what the config
 declares against what the shards hold. The catalogue of every rule is
-:data:`scalar_scales.doctor.catalogue.RULES`; docs/rules.md is generated from
-it (``scalar-scales rule --all``).
+:data:`scalar_scales.doctor.catalogue.RULES`, one line a rule; ``scalar-scales
+rule``, ``--select`` and ``--ignore``, the test kit's broken corpus,
+docs/rules.md and the count of rules README.md and docs/check.md give
+(``scripts/rule_docs.py``) are made from it.
+
+A rule's text and examples are data, given to :func:`shard_rule` or
+:func:`checkpoint_rule`, not its function's docstring: ``python -OO`` strips
+docstrings, and the reference ``scalar-scales rule`` prints must not depend
+on how Python runs.
 
 Each rule has an **effect**: what vLLM was seen to do with a checkpoint that
 has the finding, in the run that ``scripts/check_evidence.py`` makes of real
@@ -26,19 +34,23 @@ import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import chain, repeat
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, TypedDict, Unpack
 
+from scalar_scales.doctor.examples import Example
 from scalar_scales.doctor.view import CheckpointView, ShardView
 from scalar_scales.nvfp4 import LAYOUTS, Producer, ProducerLayout
 
 __all__ = [
     "EFFECTS",
+    "NEEDS",
     "SEVERITIES",
     "CheckpointRule",
     "Effect",
     "Finding",
     "Found",
+    "Need",
     "Rule",
+    "RuleOptions",
     "Severity",
     "ShardRule",
     "checkpoint_rule",
@@ -56,6 +68,15 @@ EFFECTS: dict[Effect, str] = {
     "none": "vLLM serves it as it serves the intact checkpoint",
 }
 """Each effect, most harmful first, as docs/check.md defines it."""
+Need = Literal["nvfp4", "config", "quantization"]
+NEEDS: dict[Need, str] = {
+    "nvfp4": "NVFP4 tensors (in either layout)",
+    "config": "a config (config.json or hf_quant_config.json)",
+    "quantization": "a config that declares a compressed-tensors or ModelOpt quantization",
+}
+"""What a rule may need of a checkpoint to judge it. A rule is not applied to a checkpoint without what it needs
+(a lone ``.safetensors`` file has no config): it finds nothing there, and the summary's count of rules and
+``rules_applied`` leave it out."""
 
 Found = tuple[str | None, str, str, str]
 """What a rule's function finds: the tensor (None for the checkpoint as a whole), the file, the detail and the
@@ -87,12 +108,13 @@ class Finding(NamedTuple):
         return self.rule.severity
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Rule:
-    """One rule: what it is called and means, and (in :class:`ShardRule` and :class:`CheckpointRule`) the one
-    function that finds it. ``judges_classes``: the rule judges modules against a config's class names, which a
-    checkpoint cannot show for a model's own classes (it is then not applied). ``producers``: the layouts the rule
-    is about (compressed-tensors' marker means nothing in a ModelOpt checkpoint)."""
+    """One rule: what it is called and means, the broken checkpoints that show it, what it needs of a checkpoint,
+    and (in :class:`ShardRule` and :class:`CheckpointRule`) the one function that finds it. ``judges_classes``:
+    the rule judges modules against a config's class names, which a checkpoint cannot show for a model's own
+    classes (it is then not applied). ``producers``: the layouts the rule is about (compressed-tensors' marker
+    means nothing in a ModelOpt checkpoint)."""
 
     code: str
     name: str
@@ -100,62 +122,72 @@ class Rule:
     effect: Effect
     summary: str
     """What the rule finds, in a few words."""
+    explanation: str
+    """What the rule finds, why it matters, and the evidence, in Markdown (docs/rules.md)."""
+    examples: tuple[Example, ...]
+    """The broken checkpoints that show the rule (:mod:`.examples`): the test kit's broken corpus makes each in
+    every layout the rule is about, and holds no other case of the rule."""
     fix: str | None = None
     """What makes the finding go away, where one command does."""
+    needs: tuple[Need, ...] = ()
+    """What the rule needs of a checkpoint to judge it (:data:`NEEDS`)."""
     judges_classes: bool = False
     producers: frozenset[Producer] = frozenset(LAYOUTS)
     elsewhere: Mapping[Producer, Effect] = field(default_factory=dict)
     """The layouts whose breaks vLLM was seen to treat otherwise than compressed-tensors' (``effect``), and how."""
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "explanation", inspect.cleandoc(self.explanation))
+
     def effect_for(self, layout: ProducerLayout | None) -> Effect:
         """What vLLM was seen to do with a checkpoint of ``layout`` that has the finding."""
         return self.effect if layout is None else self.elsewhere.get(layout.producer, self.effect)
-
-    @property
-    def explanation(self) -> str:
-        """What the rule finds, why it matters, and the evidence: its function's docstring."""
-        return inspect.cleandoc(self._function.__doc__ or "")
 
     def is_about(self, layout: ProducerLayout | None) -> bool:
         """The rule is about checkpoints of ``layout`` (None: no NVFP4 layout, which every rule may speak of)."""
         return layout is None or layout.producer in self.producers
 
-    @property
-    def _function(self) -> Callable[..., object]:
-        raise NotImplementedError
+    def applies_to(self, checkpoint: CheckpointView) -> bool:
+        """The rule is applied to ``checkpoint``: it is about its layout, the checkpoint has what the rule
+        :attr:`needs`, and, for a rule that :attr:`judges_classes`, the config names no class a checkpoint cannot
+        show. A rule not applied finds nothing, and the report does not count it."""
+        return (
+            self.is_about(checkpoint.layout)
+            and all(_HAS[need](checkpoint) for need in self.needs)
+            and not (self.judges_classes and checkpoint.expectations.unjudged_classes)
+        )
 
     def findings(self, checkpoint: CheckpointView) -> Iterator[Finding]:
         raise NotImplementedError
 
 
-@dataclass(frozen=True, eq=False)
+_HAS: dict[Need, Callable[[CheckpointView], bool]] = {
+    "nvfp4": lambda checkpoint: checkpoint.layout is not None,
+    "config": lambda checkpoint: checkpoint.scan.declared is not None,
+    "quantization": lambda checkpoint: checkpoint.expectations.declares,
+}
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class ShardRule(Rule):
     """A rule found in each shard's per-tensor scales alone."""
 
-    find: Callable[[ShardView], Iterable[Found]] = field(kw_only=True)
-
-    @property
-    def _function(self) -> Callable[..., object]:
-        return self.find
+    find: Callable[[ShardView], Iterable[Found]]
 
     def findings(self, checkpoint: CheckpointView) -> Iterator[Finding]:
-        if not self.is_about(checkpoint.layout):
+        if not self.applies_to(checkpoint):
             return iter(())
         return chain.from_iterable(_findings(self, self.find(shard)) for shard in checkpoint.shards)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class CheckpointRule(Rule):
     """A rule found in the whole checkpoint: its tensors as one table, its config, its index."""
 
-    find: Callable[[CheckpointView], Iterable[Found]] = field(kw_only=True)
-
-    @property
-    def _function(self) -> Callable[..., object]:
-        return self.find
+    find: Callable[[CheckpointView], Iterable[Found]]
 
     def findings(self, checkpoint: CheckpointView) -> Iterator[Finding]:
-        if not self.is_about(checkpoint.layout):
+        if not self.applies_to(checkpoint):
             return iter(())
         return _findings(self, self.find(checkpoint))
 
@@ -167,21 +199,43 @@ def _findings(rule: Rule, found: Iterable[Found]) -> Iterator[Finding]:
     return findings
 
 
+class RuleOptions(TypedDict, total=False):
+    """What a rule may say beyond its code, name, severity, effect, summary, explanation and examples: the fields
+    of :class:`Rule` of those names."""
+
+    fix: str
+    needs: tuple[Need, ...]
+    judges_classes: bool
+    producers: frozenset[Producer]
+    elsewhere: Mapping[Producer, Effect]
+
+
 def shard_rule(
     code: str,
     name: str,
     severity: Severity,
     effect: Effect,
-    summary: str,
     *,
-    fix: str | None = None,
-    elsewhere: Mapping[Producer, Effect] | None = None,
+    summary: str,
+    explanation: str,
+    examples: tuple[Example, ...],
+    **options: Unpack[RuleOptions],
 ) -> Callable[[Callable[[ShardView], Iterable[Found]]], ShardRule]:
-    """Make the decorated function, which finds the rule in one shard's scales, a rule; its docstring is the rule's
-    explanation."""
+    """Make the decorated function, which finds the rule in one shard's scales, the rule ``code``, its text and
+    examples given here (the fields of :class:`Rule`)."""
 
     def rule(find: Callable[[ShardView], Iterable[Found]]) -> ShardRule:
-        return ShardRule(code, name, severity, effect, summary, fix, elsewhere=elsewhere or {}, find=find)
+        return ShardRule(
+            code=code,
+            name=name,
+            severity=severity,
+            effect=effect,
+            summary=summary,
+            explanation=explanation,
+            examples=examples,
+            find=find,
+            **options,
+        )
 
     return rule
 
@@ -191,19 +245,26 @@ def checkpoint_rule(
     name: str,
     severity: Severity,
     effect: Effect,
-    summary: str,
     *,
-    fix: str | None = None,
-    judges_classes: bool = False,
-    producers: frozenset[Producer] = frozenset(LAYOUTS),
-    elsewhere: Mapping[Producer, Effect] | None = None,
+    summary: str,
+    explanation: str,
+    examples: tuple[Example, ...],
+    **options: Unpack[RuleOptions],
 ) -> Callable[[Callable[[CheckpointView], Iterable[Found]]], CheckpointRule]:
-    """Make the decorated function, which finds the rule in the whole checkpoint, a rule; its docstring is the
-    rule's explanation."""
+    """Make the decorated function, which finds the rule in the whole checkpoint, the rule ``code``, its text and
+    examples given here (the fields of :class:`Rule`)."""
 
     def rule(find: Callable[[CheckpointView], Iterable[Found]]) -> CheckpointRule:
         return CheckpointRule(
-            code, name, severity, effect, summary, fix, judges_classes, producers, elsewhere or {}, find=find
+            code=code,
+            name=name,
+            severity=severity,
+            effect=effect,
+            summary=summary,
+            explanation=explanation,
+            examples=examples,
+            find=find,
+            **options,
         )
 
     return rule

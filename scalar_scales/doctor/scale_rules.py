@@ -14,12 +14,22 @@ from collections.abc import Callable, Iterator
 from itertools import compress, repeat
 from typing import cast
 
+from scalar_scales.doctor.examples import (
+    Declare,
+    Example,
+    InvertScales,
+    LegacyShapes,
+    MultiplyValue,
+    SetValue,
+    Undeclare,
+)
 from scalar_scales.doctor.rules import Found, checkpoint_rule, shard_rule
 from scalar_scales.doctor.view import CheckpointView, ShardView
 from scalar_scales.files.header import ending_with
 from scalar_scales.nvfp4 import (
     COMPRESSED_TENSORS,
     FORMAT_VERSION_KEY,
+    LAYOUTS,
     MODELOPT,
     SCALAR_FORMAT_VERSION,
     SCALE_NUMERATOR,
@@ -48,25 +58,43 @@ FUSED_PARTNERS: tuple[tuple[str, ...], ...] = (
 DeepSeek's ``fused_qkv_a_proj``), which has one global scale: llm-compressor's ``FUSED_LAYER_NAMES``. The first
 member is the one an expert's ``w13`` keeps."""
 
+_INPUT_BOUND = {layout.producer: layout.other_convention_bound(layout.input_global) for layout in LAYOUTS.values()}
+"""Past what value an input scale is the other convention's, in each layout (NV302's explanation gives them)."""
 _PARTNERS_OF = {member: group for group in FUSED_PARTNERS for member in group}
 _EXPERT = re.compile(r"\.experts\.\d+$")
 
 
-@shard_rule("NV101", "legacy-scale-shape", "warning", "none", "a global scale of shape (1,)", fix=MIGRATE)
+@shard_rule(
+    "NV101",
+    "legacy-scale-shape",
+    "warning",
+    "none",
+    summary="a global scale of shape (1,)",
+    fix=MIGRATE,
+    examples=(
+        Example(
+            "legacy-scales",
+            "every global scale of shape (1,) and no marker, as llm-compressor writes NVFP4 today",
+            (LegacyShapes(),),
+            names="{module}.down_proj.{weight_global}",
+        ),
+    ),
+    explanation="""
+        A global scale (or another per-tensor scale that `--include`
+        names) of shape (1,). llm-compressor's NVFP4 presets write every global
+        scale this way (66,048 of them on a DeepSeek-V4-Flash artifact, vLLM issue
+        43297). vLLM 0.23, 0.32 and 0.33 load it (the evidence's
+        loader columns, and the round trip in [compatibility.md](compatibility.md)),
+        and so does transformers. What fails is a loader that copies it into a 0-D
+        tensor with `copy_`: `RuntimeError: output with shape [] doesn't match the
+        broadcast shape [1]`, as the round trip's `copy_` consumer shows, and
+        SGLang 0.5.23 where it fuses MLA a-projections (DeepSeek-V3's and
+        GLM-4-MoE-Lite's loaders: [sglang.md](sglang.md)). **Fix:**
+        `scalar-scales migrate PATH`, which edits headers only
+        ([migrate.md](migrate.md)).
+        """,
+)
 def legacy_scale_shape(shard: ShardView) -> Iterator[Found]:
-    """A global scale (or another per-tensor scale that `--include`
-    names) of shape (1,). llm-compressor's NVFP4 presets write every global
-    scale this way (66,048 of them on a DeepSeek-V4-Flash artifact, vLLM issue
-    43297). vLLM 0.23, 0.32 and 0.33 load it (the evidence's
-    loader columns, and the round trip in [compatibility.md](compatibility.md)),
-    and so does transformers. What fails is a loader that copies it into a 0-D
-    tensor with `copy_`: `RuntimeError: output with shape [] doesn't match the
-    broadcast shape [1]`, as the round trip's `copy_` consumer shows, and
-    SGLang 0.5.23 where it fuses MLA a-projections (DeepSeek-V3's and
-    GLM-4-MoE-Lite's loaders: [sglang.md](sglang.md)). **Fix:**
-    `scalar-scales migrate PATH`, which edits headers only
-    ([migrate.md](migrate.md)). Corpus case: `legacy-scales`.
-    """
     legacy = compress(shard.names, map(operator.eq, shard.shapes, repeat((1,))))
     return zip(legacy, repeat(shard.file), repeat("shape (1,)"), repeat(_legacy_why(shard.layout)))
 
@@ -76,18 +104,28 @@ def legacy_scale_shape(shard: ShardView) -> Iterator[Found]:
     "marker-disagrees",
     "warning",
     "none",
-    "config.json declares format_version 2 but global scales are (1,)",
+    summary="config.json declares format_version 2 but global scales are (1,)",
+    needs=("nvfp4", "quantization"),
     fix=MIGRATE,
     producers=frozenset({COMPRESSED_TENSORS}),
+    examples=(
+        Example(
+            "marker-disagrees",
+            "a legacy checkpoint whose config was copied from a migrated one: (1,) scales under a config that "
+            "declares 0-D ones",
+            (LegacyShapes(), Declare(FORMAT_VERSION_KEY, SCALAR_FORMAT_VERSION)),
+            alongside=(legacy_scale_shape.code,),
+        ),
+    ),
+    explanation="""
+        config.json's `quantization_config.format_version` is 2 (0-D
+        scales), but the shards hold (1,) scales. No upstream loader reads the
+        marker; a tool that trusts it (the producer patch's load path,
+        `upstream/compressed-tensors.patch`) expects 0-D scales. The finding names
+        config.json. **Fix:** `scalar-scales migrate PATH`.
+        """,
 )
 def marker_disagrees(checkpoint: CheckpointView) -> Iterator[Found]:
-    """config.json's `quantization_config.format_version` is 2 (0-D
-    scales), but the shards hold (1,) scales. No upstream loader reads the
-    marker; a tool that trusts it (the producer patch's load path,
-    `upstream/compressed-tensors.patch`) expects 0-D scales. The finding names
-    config.json. **Fix:** `scalar-scales migrate PATH`. Corpus case:
-    `marker-disagrees`.
-    """
     config, legacy = _marked(checkpoint)
     if config is not None and legacy and _declares_scalar(checkpoint):
         yield (
@@ -104,20 +142,30 @@ def marker_disagrees(checkpoint: CheckpointView) -> Iterator[Found]:
     "marker-missing",
     "info",
     "none",
-    "0-D global scales without format_version 2",
+    summary="0-D global scales without format_version 2",
+    needs=("nvfp4", "quantization"),
     fix=MIGRATE,
     producers=frozenset({COMPRESSED_TENSORS}),
+    examples=(
+        Example(
+            "marker-lost",
+            "0-D scales, but the config lost its format_version (re-saved by a tool that rewrites config.json, or "
+            "written by compressed-tensors' ModelOpt converter)",
+            (Undeclare(FORMAT_VERSION_KEY),),
+        ),
+    ),
+    explanation="""
+        Every global scale is 0-D, as vLLM wants them, but
+        config.json does not declare `format_version` 2: compressed-tensors 0.20.1's
+        ModelOpt converter writes checkpoints so, and a tool that rewrites config.json
+        drops the key. vLLM and transformers load it (the round trip in
+        [compatibility.md](compatibility.md)); SGLang 0.5.23's GLM-4-MoE-Lite
+        loader refuses 0-D scales where it fuses MLA a-projections
+        ([sglang.md](sglang.md)). **Fix:** `scalar-scales migrate PATH`
+        sets the marker.
+        """,
 )
 def marker_missing(checkpoint: CheckpointView) -> Iterator[Found]:
-    """Every global scale is 0-D, as vLLM wants them, but
-    config.json does not declare `format_version` 2: compressed-tensors 0.20.1's
-    ModelOpt converter writes checkpoints so, and a tool that rewrites config.json
-    drops the key. vLLM and transformers load it (the round trip in
-    [compatibility.md](compatibility.md)); SGLang 0.5.23's GLM-4-MoE-Lite
-    loader refuses 0-D scales where it fuses MLA a-projections
-    ([sglang.md](sglang.md)). **Fix:** `scalar-scales migrate PATH`
-    sets the marker. Corpus case: `marker-lost`.
-    """
     config, legacy = _marked(checkpoint)
     if config is not None and not legacy and not _declares_scalar(checkpoint):
         yield (
@@ -129,12 +177,18 @@ def marker_missing(checkpoint: CheckpointView) -> Iterator[Found]:
 
 
 def _marked(checkpoint: CheckpointView) -> tuple[str | None, int]:
-    """The config that holds compressed-tensors' marker (this project's), and how many scales are (1,); no config
-    where the marker does not apply: no compressed-tensors NVFP4 checkpoint, or no scale."""
+    """The config that holds compressed-tensors' marker (this project's), and how many global scales are (1,); no
+    config where the marker does not apply: no compressed-tensors NVFP4 checkpoint, or no global scale. The marker
+    speaks of the global scales only: a scale ``--include`` adds (a ``k_scale``) is NV101's alone."""
     scan, declared = checkpoint.scan, checkpoint.scan.declared
-    if declared is None or declared.producer != COMPRESSED_TENSORS or scan.layout is None or not scan.scale_count:
+    if declared is None or declared.producer != COMPRESSED_TENSORS or scan.layout is None:
         return None, 0
-    return declared.source or "config.json", scan.legacy_count
+    scales = legacy = 0
+    for shard in checkpoint.shards:
+        at = ending_with(shard.names, scan.layout.scale_suffixes)
+        shapes = shard.shapes if len(at) == len(shard.names) else list(map(shard.shapes.__getitem__, at))
+        scales, legacy = scales + len(at), legacy + shapes.count((1,))
+    return (declared.source or "config.json", legacy) if scales else (None, 0)
 
 
 def _declares_scalar(checkpoint: CheckpointView) -> bool:
@@ -147,32 +201,40 @@ def _declares_scalar(checkpoint: CheckpointView) -> bool:
     "invalid-scale-value",
     "error",
     "nan-output",
-    "a global scale that is zero, negative, NaN or Inf",
+    summary="a global scale that is zero, negative, NaN or Inf",
     elsewhere={MODELOPT: "wrong-output"},
+    examples=(
+        Example(
+            "uncalibrated-expert",
+            "an expert calibration never routed a token to: its input scale is 0",
+            (SetValue("{module}.down_proj.{input_global}", 0.0),),
+            per_module=True,
+        ),
+    ),
+    explanation="""
+        A global scale (or another per-tensor scale that
+        `--include` names) that is zero, negative, NaN or Inf.
+        compressed-tensors' divisors: 0 becomes Inf (an expert calibration never
+        routed a token to gets `input_global_scale` 0), Inf becomes 0, a negative
+        scale flips signs, NaN makes every output NaN. ModelOpt's multipliers: 0
+        zeroes what it scales, Inf makes it Inf. Served, the uncalibrated experts
+        give NaN in compressed-tensors' layout, and other tokens in NVIDIA's
+        ModelOpt export (an `input_scale` of 0).
+
+        Where the config declares a quantized KV cache (`kv_cache_scheme`,
+        `kv_cache_quant_algo`), the values of its `k_scale` and `v_scale` are
+        judged too, in either shape and either layout's names. vLLM's KV-cache
+        method (0.23 to 0.33) takes both as they are only where both are above
+        0; where `v_scale` is not, it uses `k_scale` for both; where `k_scale` is
+        not, it refuses to load the model, unless both are negative, when it
+        uses 1.0. Served: NVIDIA's FP8-KV export with a `k_scale` of 0 does not
+        start, and one with a `v_scale` of 0 starts
+        (tests/engine/test_kv_cache_scales.py). The rule's effect is its corpus
+        breaks' (global scales); a KV-cache scale's message says what vLLM does
+        with it.
+        """,
 )
 def invalid_scale_value(shard: ShardView) -> Iterator[Found]:
-    """A global scale (or another per-tensor scale that
-    `--include` names) that is zero, negative, NaN or Inf.
-    compressed-tensors' divisors: 0 becomes Inf (an expert calibration never
-    routed a token to gets `input_global_scale` 0), Inf becomes 0, a negative
-    scale flips signs, NaN makes every output NaN. ModelOpt's multipliers: 0
-    zeroes what it scales, Inf makes it Inf. Served, the uncalibrated experts
-    give NaN in compressed-tensors' layout, and other tokens in NVIDIA's
-    ModelOpt export (an `input_scale` of 0). Corpus case:
-    `uncalibrated-expert`.
-
-    Where the config declares a quantized KV cache (`kv_cache_scheme`,
-    `kv_cache_quant_algo`), the values of its `k_scale` and `v_scale` are
-    judged too, in either shape and either layout's names. vLLM's KV-cache
-    method (0.23 to 0.33) takes both as they are only where both are above
-    0; where `v_scale` is not, it uses `k_scale` for both; where `k_scale` is
-    not, it refuses to load the model, unless both are negative, when it
-    uses 1.0. Served: NVIDIA's FP8-KV export with a `k_scale` of 0 does not
-    start, and one with a `v_scale` of 0 starts
-    (tests/engine/test_kv_cache_scales.py). The rule's effect is its corpus
-    breaks' (global scales); a KV-cache scale's message says what vLLM does
-    with it.
-    """
     layout = shard.layout
     yield from _invalid(shard.names, shard.values, shard.file, lambda name, v: _invalid_value_message(v, name, layout))
     yield from _invalid(shard.kv_names, shard.kv_values, shard.file, _invalid_kv_message)
@@ -191,24 +253,39 @@ def _invalid(
 
 
 @shard_rule(
-    "NV302", "other-convention", "error", "wrong-output", "a global scale stored in the other producer's convention"
+    "NV302",
+    "other-convention",
+    "error",
+    "wrong-output",
+    summary="a global scale stored in the other producer's convention",
+    needs=("nvfp4",),
+    examples=(
+        Example(
+            "reciprocal-convention",
+            "every global scale written in the other producer's convention: the reciprocal of its layout's value",
+            (InvertScales(),),
+            names="{module}.down_proj.{weight_global}",
+        ),
+    ),
+    explanation=f"""
+        A global scale stored in the other producer's
+        convention, seen from the value alone:
+
+        - under compressed-tensors, a `weight_global_scale` below 1 would mean a
+          weight of magnitude above 2688, which no trained model has, and an
+          `input_global_scale` below 2688 / 65504 ≈ {_INPUT_BOUND[COMPRESSED_TENSORS]:.3g} an activation above
+          float16's largest value: they are ModelOpt's `amax / (6 * 448)`, and vLLM
+          takes the reciprocal of a reciprocal (modular issue 6600);
+        - under ModelOpt, a `weight_scale_2` above 1, or an `input_scale` above
+          65504 / 2688 ≈ {_INPUT_BOUND[MODELOPT]:.3g}, means the same thing the other way round: a
+          compressed-tensors divisor, which vLLM multiplies by. An `input_scale`
+          of 20 (activations of amax 53,760, within float16's range) is not
+          flagged.
+
+        The message gives the amax the value implies under each convention.
+        """,
 )
 def other_convention(shard: ShardView) -> Iterator[Found]:
-    """A global scale stored in the other producer's
-    convention, seen from the value alone:
-
-    - under compressed-tensors, a `weight_global_scale` below 1 would mean a
-      weight of magnitude above 2688, which no trained model has, and an
-      `input_global_scale` below 2688 / 65504 ≈ 0.041 an activation above
-      float16's largest value: they are ModelOpt's `amax / (6 * 448)`, and vLLM
-      takes the reciprocal of a reciprocal (modular issue 6600);
-    - under ModelOpt, a `weight_scale_2` or `input_scale` above 1 means the
-      same thing the other way round: a compressed-tensors divisor, which vLLM
-      multiplies by.
-
-    The message gives the amax the value implies under each convention. Corpus
-    case: `reciprocal-convention` (every scale stored as its reciprocal).
-    """
     layout = shard.layout
     if layout is None:
         return
@@ -230,29 +307,39 @@ def other_convention(shard: ShardView) -> Iterator[Found]:
     "fused-scales-differ",
     "error",
     "wrong-output",
-    "fused partners (gate/up, q/k/v) with different global scales",
+    summary="fused partners (gate/up, q/k/v) with different global scales",
+    needs=("nvfp4",),
+    examples=(
+        Example(
+            "fused-partners-differ",
+            "an expert's up projection calibrated apart from its gate projection, at twice its scale (vLLM #54150)",
+            (MultiplyValue("{module}.up_proj.{weight_global}", 2.0),),
+            per_module=True,
+        ),
+    ),
+    explanation="""
+        vLLM loads some sibling projections into one fused
+        module, which has one global scale:
+
+        | partners | vLLM module |
+        |---|---|
+        | `gate_proj`, `up_proj` | `gate_up_proj`; an expert's `w13` |
+        | `w1`, `w3` (Mixtral-style experts) | `w13` |
+        | `q_proj`, `k_proj`, `v_proj` | `qkv_proj` |
+        | `q_a_proj`, `kv_a_proj_with_mqa` (DeepSeek MLA) | `fused_qkv_a_proj` |
+
+        When their global scales differ, an expert's `w13` keeps `gate_proj`'s
+        (`w1`'s) and logs `w1_weight_global_scale must match w3_weight_global_scale`
+        (ModelOpt: `w1_weight_scale_2 must match w3_weight_scale_2`, vLLM #54150,
+        where 68.5% of a GLM checkpoint's gate/up pairs differed and it served
+        U+FFFD). A fused linear layer keeps the largest. llm-compressor fuses these
+        global scales for this reason (`FUSED_LAYER_NAMES`). With every expert's up
+        projection at twice its gate's scale, the toy generates other tokens; with
+        one expert, routing hid it. The finding names each partner whose scale
+        differs from the first one's.
+        """,
 )
 def fused_scales_differ(checkpoint: CheckpointView) -> Iterator[Found]:
-    """vLLM loads some sibling projections into one fused
-    module, which has one global scale:
-
-    | partners | vLLM module |
-    |---|---|
-    | `gate_proj`, `up_proj` | `gate_up_proj`; an expert's `w13` |
-    | `w1`, `w3` (Mixtral-style experts) | `w13` |
-    | `q_proj`, `k_proj`, `v_proj` | `qkv_proj` |
-    | `q_a_proj`, `kv_a_proj_with_mqa` (DeepSeek MLA) | `fused_qkv_a_proj` |
-
-    When their global scales differ, an expert's `w13` keeps `gate_proj`'s
-    (`w1`'s) and logs `w1_weight_global_scale must match w3_weight_global_scale`
-    (ModelOpt: `w1_weight_scale_2 must match w3_weight_scale_2`, vLLM #54150,
-    where 68.5% of a GLM checkpoint's gate/up pairs differed and it served
-    U+FFFD). A fused linear layer keeps the largest. llm-compressor fuses these
-    global scales for this reason (`FUSED_LAYER_NAMES`). With every expert's up
-    projection at twice its gate's scale, the toy generates other tokens; with
-    one expert, routing hid it. The finding names each partner whose scale
-    differs from the first one's. Corpus case: `fused-partners-differ`.
-    """
     layout = checkpoint.layout
     if layout is None:
         return
@@ -339,7 +426,8 @@ def _invalid_value_message(value: float, name: str, layout: ProducerLayout | Non
             )
         return "is 0", f"vLLM {uses}" + (", which is Inf" if divides else ", which zeroes what it scales")
     if math.isinf(value):
-        return "is Inf", f"vLLM {uses}" + (", which zeroes what it scales" if divides else ", which is Inf")
+        shown = "Inf" if value > 0 else "-Inf"
+        return f"is {shown}", f"vLLM {uses}" + (", which zeroes what it scales" if divides else f", which is {shown}")
     return f"is negative ({value!r})", f"vLLM {uses} and flips the sign of what this scale scales"
 
 

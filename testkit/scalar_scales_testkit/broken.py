@@ -1,16 +1,18 @@
-"""A corpus of broken NVFP4 checkpoints: one per rule of ``scalar-scales check``, each broken the way it happens.
+"""A corpus of broken NVFP4 checkpoints: the examples of each rule of ``scalar-scales check``, broken as it happens.
 
 Every case starts from a clean checkpoint and changes one thing, keeping
 the files valid safetensors: the reference reader accepts every shard. The
 compressed-tensors corpus starts from the small synthetic checkpoint,
 migrated (0-D scales, format_version 2); the ModelOpt one from a real
-export (``scalar_scales_testkit.modelopt_exports``). The ``break_*``
-functions take the checkpoint and its producer's layout, and return the
-tensor the finding must name (None for the config). They work on
-single-file checkpoints too, as ``oneshot`` and ModelOpt write the toys:
-``scripts/check_evidence.py`` breaks those. :func:`to_modelopt` writes a
-compressed-tensors checkpoint in ModelOpt's names, for the models no
-exporter is run on here.
+export (``scalar_scales_testkit.modelopt_exports``). Each case is a
+rule's example (:mod:`scalar_scales.doctor.examples`: a rule names its
+examples where it is defined), made in each layout the rule is about by
+:func:`make_example`, which takes the checkpoint and its producer's layout
+and returns the tensor the finding must name (None for the config). The
+edits work on single-file checkpoints too, as ``oneshot`` and ModelOpt
+write the toys: ``scripts/check_evidence.py`` breaks those.
+:func:`to_modelopt` writes a compressed-tensors checkpoint in ModelOpt's
+names, for the models no exporter is run on here.
 """
 
 from __future__ import annotations
@@ -18,18 +20,36 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, assert_never
 
+from scalar_scales.doctor import RULES
+from scalar_scales.doctor.examples import (
+    AddScales,
+    Declare,
+    DeclareKVCache,
+    DropDeclaration,
+    Edit,
+    Example,
+    HalveGroups,
+    IgnoreLayer,
+    IndexAdds,
+    IndexDrops,
+    InvertScales,
+    LegacyShapes,
+    MultiplyValue,
+    Remove,
+    SetDtype,
+    SetValue,
+    TargetOnlyLayer,
+    Undeclare,
+    Unquantize,
+    WeightOnly,
+)
 from scalar_scales.files import Layout
 from scalar_scales.migrate import migrate_checkpoint
-from scalar_scales.nvfp4 import (
-    COMPRESSED_TENSORS_LAYOUT,
-    FORMAT_VERSION_KEY,
-    MODELOPT_LAYOUT,
-    SCALAR_FORMAT_VERSION,
-    ProducerLayout,
-)
+from scalar_scales.nvfp4 import COMPRESSED_TENSORS_LAYOUT, MODELOPT_LAYOUT, ProducerLayout
 from scalar_scales.sources import CONFIG_NAME, INDEX_NAME, MODELOPT_CONFIG_NAME, read_headers
 from scalar_scales_testkit.cli import make_checkpoint, rewrite_header
 
@@ -39,6 +59,7 @@ __all__ = [
     "MODELOPT_CORPUS",
     "BrokenCase",
     "clean_checkpoint",
+    "make_example",
     "mla_checkpoint",
     "rewrite_shard",
     "shard_of",
@@ -230,74 +251,101 @@ def _ignore_key(checkpoint: Path) -> str:
     return "exclude_modules" if _declaration_of(checkpoint)[0].name == MODELOPT_CONFIG_NAME else "ignore"
 
 
-def break_legacy_scales(checkpoint: Path, layout: ProducerLayout, module: str = EXPERT) -> str:
-    """As llm-compressor writes NVFP4 today: every global scale (1,), no marker."""
+def make_example(example: Example, checkpoint: Path, layout: ProducerLayout, module: str = EXPERT) -> str | None:
+    """Break ``checkpoint``, of ``layout``, as the rule's ``example`` says, ``{module}`` being ``module``; return
+    the tensor the finding must name (None for the config)."""
+    fields = {
+        "module": module,
+        "weight": layout.weight,
+        "weight_scale": layout.weight_scale,
+        "weight_global": layout.weight_global,
+        "input_global": layout.input_global,
+    }
+    named: str | None = None
+    for edit in example.edits:
+        named = _apply(edit, checkpoint, layout, fields)
+    return named if example.names is None else example.names.format(**fields)
+
+
+def _apply(edit: Edit, checkpoint: Path, layout: ProducerLayout, fields: dict[str, str]) -> str | None:
+    """Make one edit (:mod:`scalar_scales.doctor.examples` says what each is); return the tensor it names."""
+    match edit:
+        case Remove(tensor):
+            return _remove(checkpoint, tensor.format(**fields))
+        case SetValue(tensor, value):
+            name = tensor.format(**fields)
+            _set_values(checkpoint, lambda each, _: value if each == name else None)
+            return name
+        case MultiplyValue(tensor, factor):
+            name = tensor.format(**fields)
+            _set_values(checkpoint, lambda each, old: factor * old if each == name else None)
+            return name
+        case SetDtype(tensor, dtype):
+            name = tensor.format(**fields)
+            rewrite_header(shard_of(checkpoint, name), lambda header: header[name].update(dtype=dtype))
+            return name
+        case HalveGroups(tensor):
+            return _halve_groups(checkpoint, tensor.format(**fields))
+        case IndexAdds(tensor, beside):
+            name, shard = tensor.format(**fields), shard_of(checkpoint, beside.format(**fields)).name
+            _edit_index(checkpoint, lambda weight_map: weight_map.update({name: shard}))
+            return name
+        case IndexDrops(tensor):
+            name = tensor.format(**fields)
+            _edit_index(checkpoint, lambda weight_map: weight_map.pop(name))
+            return name
+        case Unquantize(modules):
+            return _unquantize(checkpoint, layout, modules)
+        case InvertScales():
+            _set_values(checkpoint, lambda each, old: 1.0 / old if each.endswith(layout.scale_suffixes) else None)
+        case AddScales(tensors, value, beside):
+            _add_scales(checkpoint, tensors, value, shard_of(checkpoint, beside.format(**fields)))
+        case LegacyShapes():
+            _legacy_shapes(checkpoint, layout)
+        case Declare(key, value):
+            _edit_declaration(checkpoint, lambda q: q.update({key: value}))
+        case Undeclare(key):
+            _edit_declaration(checkpoint, lambda q: q.pop(key))
+        case DropDeclaration():
+            _drop_declaration(checkpoint)
+        case IgnoreLayer(layer):
+            entry = (
+                rf"re:model\.layers\.{layer}\..*" if layout is COMPRESSED_TENSORS_LAYOUT else f"model.layers.{layer}.*"
+            )
+            key = _ignore_key(checkpoint)
+            _edit_declaration(checkpoint, lambda q: q.update({key: [*q.get(key, []), entry]}))
+        case TargetOnlyLayer(layer):
+            _target_only_layer(checkpoint, layout, layer)
+        case WeightOnly():
+            _edit_declaration(
+                checkpoint, lambda q: [group.update(input_activations=None) for group in q["config_groups"].values()]
+            )
+        case DeclareKVCache():
+            if layout is COMPRESSED_TENSORS_LAYOUT:
+                scheme = {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False, "symmetric": True}
+                _edit_declaration(checkpoint, lambda q: q.update(kv_cache_scheme=scheme))
+            else:
+                _edit_declaration(checkpoint, lambda q: q.update(kv_cache_quant_algo="FP8"))
+        case _:
+            assert_never(edit)
+    return None
+
+
+def _legacy_shapes(checkpoint: Path, layout: ProducerLayout) -> None:
     if layout is COMPRESSED_TENSORS_LAYOUT:
         migrate_checkpoint(checkpoint, to="legacy")
-    else:
+        return
 
-        def reshape(header: dict[str, Any]) -> None:
-            for name, entry in header.items():
-                if name.endswith(layout.scale_suffixes):
-                    entry["shape"] = [1]
+    def reshape(header: dict[str, Any]) -> None:
+        for name, entry in header.items():
+            if name.endswith(layout.scale_suffixes):
+                entry["shape"] = [1]
 
-        for shard in _shards(checkpoint):
-            rewrite_header(shard, reshape)
-    return f"{module}.down_proj.{layout.weight_global}"
-
-
-def break_marker_disagrees(checkpoint: Path, layout: ProducerLayout, module: str = EXPERT) -> None:
-    """(1,) scales under a config that declares 0-D ones: a legacy checkpoint whose config was copied from a
-    migrated one."""
-    migrate_checkpoint(checkpoint, to="legacy")
-    _edit_declaration(checkpoint, lambda q: q.update({FORMAT_VERSION_KEY: SCALAR_FORMAT_VERSION}))
-    return None
+    for shard in _shards(checkpoint):
+        rewrite_header(shard, reshape)
 
 
-def break_marker(checkpoint: Path, layout: ProducerLayout, module: str = EXPERT) -> None:
-    """0-D scales, but the config lost its format_version (re-saved by a tool that rewrites config.json, or
-    written by compressed-tensors' ModelOpt converter)."""
-    _edit_declaration(checkpoint, lambda q: q.pop(FORMAT_VERSION_KEY))
-    return None
-
-
-def break_missing_weight_global_scale(checkpoint: Path, layout: ProducerLayout, module: str = EXPERT) -> str:
-    return _remove(checkpoint, f"{module}.down_proj.{layout.weight_global}")
-
-
-def break_missing_input_global_scale(checkpoint: Path, layout: ProducerLayout, module: str = EXPERT) -> str:
-    """vLLM #45212: a per-expert input scale missing."""
-    return _remove(checkpoint, f"{module}.down_proj.{layout.input_global}")
-
-
-def break_missing_weight_scale(checkpoint: Path, layout: ProducerLayout, module: str = EXPERT) -> str:
-    return _remove(checkpoint, f"{module}.down_proj.{layout.weight_scale}")
-
-
-def break_uncalibrated_expert(checkpoint: Path, layout: ProducerLayout, module: str = EXPERT) -> str:
-    """An expert calibration never routed a token to: its input scale is 0."""
-    tensor = f"{module}.down_proj.{layout.input_global}"
-    _set_values(checkpoint, lambda name, value: 0.0 if name == tensor else None)
-    return tensor
-
-
-def break_reciprocal_convention(checkpoint: Path, layout: ProducerLayout, module: str = EXPERT) -> str:
-    """Every global scale written in the other producer's convention: the reciprocal of this layout's value."""
-    _set_values(checkpoint, lambda name, value: 1.0 / value if name.endswith(layout.scale_suffixes) else None)
-    return f"{module}.down_proj.{layout.weight_global}"
-
-
-def break_fused_partners(checkpoint: Path, layout: ProducerLayout, module: str = EXPERT) -> str:
-    """vLLM #54150: an expert's up projection calibrated apart from its gate projection."""
-    tensor = f"{module}.up_proj.{layout.weight_global}"
-    _set_values(checkpoint, lambda name, value: 2.0 * value if name == tensor else None)
-    return tensor
-
-
-def break_weight_scale_shape(checkpoint: Path, layout: ProducerLayout, module: str = EXPERT) -> str:
-    """Group scales for groups of 32 where the config says 16, as a packer with the wrong group size writes them."""
-    tensor = f"{module}.gate_proj.{layout.weight_scale}"
-
+def _halve_groups(checkpoint: Path, tensor: str) -> str:
     def change(tensors: Tensors) -> None:
         rows, groups = tensors[tensor]["shape"]
         tensors[tensor]["shape"] = [rows, groups // 2]
@@ -307,72 +355,37 @@ def break_weight_scale_shape(checkpoint: Path, layout: ProducerLayout, module: s
     return tensor
 
 
-def break_dtype(checkpoint: Path, layout: ProducerLayout, module: str = EXPERT) -> str:
-    """Group scales labelled with the other FP8 format."""
-    tensor = f"{module}.gate_proj.{layout.weight_scale}"
-    rewrite_header(shard_of(checkpoint, tensor), lambda header: header[tensor].update(dtype="F8_E5M2"))
-    return tensor
-
-
-def break_index_names_missing(checkpoint: Path, layout: ProducerLayout, module: str = EXPERT) -> str:
-    """The index lists a tensor no shard holds (a shard re-saved without it)."""
-    tensor = f"{module}.down_proj.bias"
-    shard = shard_of(checkpoint, f"{module}.down_proj.{layout.weight}").name
-    _edit_index(checkpoint, lambda weight_map: weight_map.update({tensor: shard}))
-    return tensor
-
-
-def break_index_forgot(checkpoint: Path, layout: ProducerLayout, module: str = EXPERT) -> str:
-    """A tensor the index forgot."""
-    tensor = f"{module}.up_proj.{layout.weight}"
-    _edit_index(checkpoint, lambda weight_map: weight_map.pop(tensor))
-    return tensor
-
-
-def break_ignored_layer(checkpoint: Path, layout: ProducerLayout, module: str = EXPERT) -> str:
-    """vLLM #43304: a layer stored as NVFP4 that the config leaves unquantized, as MTP layers are."""
-    entry = r"re:model\.layers\.1\..*" if layout is COMPRESSED_TENSORS_LAYOUT else "model.layers.1.*"
-    key = _ignore_key(checkpoint)
-    _edit_declaration(checkpoint, lambda q: q.update({key: [*q.get(key, []), entry]}))
-    return f"{module}.down_proj.{layout.weight}"
-
-
-def break_untargeted_layer(checkpoint: Path, layout: ProducerLayout, module: str = EXPERT) -> str:
-    """A layer stored as NVFP4 that no NVFP4 group targets: compressed-tensors' group names layer 0 only, and
-    ModelOpt's MIXED_PRECISION lists layer 0's modules only."""
+def _target_only_layer(checkpoint: Path, layout: ProducerLayout, layer: int) -> None:
+    """compressed-tensors' groups target the layer alone; ModelOpt's MIXED_PRECISION lists its modules and those
+    outside the layers (embeddings, the head) alone."""
     if layout is COMPRESSED_TENSORS_LAYOUT:
+        targets = [rf"re:model\.layers\.{layer}\..*"]
         _edit_declaration(
-            checkpoint,
-            lambda q: [group.update(targets=[r"re:model\.layers\.0\..*"]) for group in q["config_groups"].values()],
+            checkpoint, lambda q: [group.update(targets=targets) for group in q["config_groups"].values()]
         )
-    else:
-        suffix = f".{layout.weight}"
-        modules = [
-            name[: -len(suffix)]
-            for shard in _shards(checkpoint)
-            for name in _names(shard)
-            if name.endswith(suffix) and not name.startswith("model.layers.1.")
-        ]
-        recipe = {"quant_algo": "NVFP4", "group_size": 16}
+        return
+    suffix = f".{layout.weight}"
+    modules = [
+        name[: -len(suffix)]
+        for shard in _shards(checkpoint)
+        for name in _names(shard)
+        if name.endswith(suffix) and (not name.startswith("model.layers.") or name.startswith(f"model.layers.{layer}."))
+    ]
+    recipe = {"quant_algo": "NVFP4", "group_size": 16}
 
-        def mixed(q: dict[str, Any]) -> None:
-            q.update(quant_algo="MIXED_PRECISION", quantized_layers=dict.fromkeys(modules, recipe))
+    def mixed(q: dict[str, Any]) -> None:
+        q.update(quant_algo="MIXED_PRECISION", quantized_layers=dict.fromkeys(modules, recipe))
 
-        _edit_declaration(checkpoint, mixed)
-    return f"{module}.down_proj.{layout.weight}"
+    _edit_declaration(checkpoint, mixed)
 
 
 def _names(shard: Path) -> list[str]:
     return read_headers(shard)[0].names
 
 
-def break_unquantized_target(checkpoint: Path, layout: ProducerLayout, module: str = EXPERT) -> str:
-    """A linear layer the NVFP4 group targets, stored in BF16 as the quantizer skipped it: layer 0's attention
-    output projection where the checkpoint has one, else an expert's down projection."""
+def _unquantize(checkpoint: Path, layout: ProducerLayout, modules: tuple[str, ...]) -> str:
     names = {name for shard in _shards(checkpoint) for name in _names(shard)}
-    target = "model.layers.0.self_attn.o_proj"
-    if f"{target}.{layout.weight}" not in names:
-        target = "model.layers.0.mlp.experts.0.down_proj"
+    target = next((module for module in modules if f"{module}.{layout.weight}" in names), modules[-1])
     tensor = f"{target}.weight"
     members = [f"{target}.{leaf}" for leaf in layout.leaves]
     shard = shard_of(checkpoint, members[0])
@@ -395,86 +408,68 @@ def break_unquantized_target(checkpoint: Path, layout: ProducerLayout, module: s
     return tensor
 
 
-def break_weight_only_input_scale(checkpoint: Path, layout: ProducerLayout, module: str = EXPERT) -> str:
-    """A weight-only (NVFP4A16) group whose modules still carry input global scales."""
-    _edit_declaration(
-        checkpoint, lambda q: [group.update(input_activations=None) for group in q["config_groups"].values()]
-    )
-    return f"{module}.down_proj.{layout.input_global}"
-
-
-def break_kv_scales_missing(checkpoint: Path, layout: ProducerLayout, module: str = EXPERT) -> None:
-    """A declared FP8 KV cache, without its scales."""
-    if layout is COMPRESSED_TENSORS_LAYOUT:
-        scheme = {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False, "symmetric": True}
-        _edit_declaration(checkpoint, lambda q: q.update(kv_cache_scheme=scheme))
-    else:
-        _edit_declaration(checkpoint, lambda q: q.update(kv_cache_quant_algo="FP8"))
-    return None
-
-
-def break_kv_scales_undeclared(checkpoint: Path, layout: ProducerLayout, module: str = EXPERT) -> None:
-    """KV-cache scales stored, with no KV-cache quantization declared."""
-    names = [f"model.layers.0.self_attn.{scale}" for scale in ("k_scale", "v_scale")]
-    shard = shard_of(checkpoint, f"model.layers.0.mlp.experts.0.gate_proj.{layout.weight}")
-
+def _add_scales(checkpoint: Path, names: tuple[str, ...], value: float, shard: Path) -> None:
     def add(tensors: Tensors) -> None:
         for name in names:
-            tensors[name] = {"dtype": "F32", "shape": [], "data": struct.pack("<f", 1.0)}
+            tensors[name] = {"dtype": "F32", "shape": [], "data": struct.pack("<f", value)}
 
     rewrite_shard(shard, add)
     if (checkpoint / INDEX_NAME).exists():
         _edit_index(checkpoint, lambda weight_map: weight_map.update(dict.fromkeys(names, shard.name)))
-    return None
 
 
-def break_undeclared(checkpoint: Path, layout: ProducerLayout, module: str = EXPERT) -> None:
-    """NVFP4 shards under a config that declares no quantization (the declaration dropped in a re-save)."""
+def _drop_declaration(checkpoint: Path) -> None:
     if (checkpoint / MODELOPT_CONFIG_NAME).exists():
         (checkpoint / MODELOPT_CONFIG_NAME).unlink()
     config = json.loads((checkpoint / CONFIG_NAME).read_text())
     config.pop("quantization_config", None)
     (checkpoint / CONFIG_NAME).write_text(json.dumps(config, indent=2))
-    return None
 
 
 class BrokenCase(NamedTuple):
+    """One case of the corpus: a rule's example (:class:`~scalar_scales.doctor.examples.Example`), made by
+    ``make(checkpoint, layout, module=EXPERT)``, which returns the tensor the finding names (None: the config)."""
+
     code: str
     make: Break
     alongside: tuple[str, ...] = ()
     """Codes the same break necessarily brings too (NV102's (1,) scales are each NV101)."""
     per_module: bool = False
     """The break changes one module (``module``); the others change the checkpoint as a whole."""
+    edits_declaration: bool = False
+    """The break changes the quantization declaration (a tool that writes its own, as a converter does, undoes
+    it)."""
 
 
-_SHARED: dict[str, BrokenCase] = {
-    "legacy-scales": BrokenCase("NV101", break_legacy_scales),
-    "no-weight-global-scale": BrokenCase("NV201", break_missing_weight_global_scale, per_module=True),
-    "no-input-global-scale": BrokenCase("NV202", break_missing_input_global_scale, per_module=True),
-    "no-weight-scale": BrokenCase("NV203", break_missing_weight_scale, per_module=True),
-    "uncalibrated-expert": BrokenCase("NV301", break_uncalibrated_expert, per_module=True),
-    "reciprocal-convention": BrokenCase("NV302", break_reciprocal_convention),
-    "fused-partners-differ": BrokenCase("NV303", break_fused_partners, per_module=True),
-    "weight-scale-groups-of-32": BrokenCase("NV401", break_weight_scale_shape, per_module=True),
-    "weight-scale-e5m2": BrokenCase("NV402", break_dtype, per_module=True),
-    "index-names-a-missing-tensor": BrokenCase("NV501", break_index_names_missing),
-    "index-forgot-a-tensor": BrokenCase("NV502", break_index_forgot),
-    "quantized-layer-ignored": BrokenCase("NV601", break_ignored_layer),
-    "quantized-layer-untargeted": BrokenCase("NV602", break_untargeted_layer),
-    "targeted-layer-unquantized": BrokenCase("NV603", break_unquantized_target),
-    "kv-scales-missing": BrokenCase("NV605", break_kv_scales_missing),
-    "kv-scales-undeclared": BrokenCase("NV606", break_kv_scales_undeclared),
-    "quantization-undeclared": BrokenCase("NV607", break_undeclared),
-}
+_DECLARATION_EDITS = (
+    Declare,
+    Undeclare,
+    DropDeclaration,
+    IgnoreLayer,
+    TargetOnlyLayer,
+    WeightOnly,
+    DeclareKVCache,
+)
 
-CORPUS: dict[str, BrokenCase] = {
-    **_SHARED,
-    "marker-disagrees": BrokenCase("NV102", break_marker_disagrees, ("NV101",)),
-    "marker-lost": BrokenCase("NV103", break_marker),
-    "weight-only-with-input-scales": BrokenCase("NV604", break_weight_only_input_scale),
-}
+
+def _case(code: str, example: Example) -> BrokenCase:
+    edits_declaration = any(isinstance(edit, _DECLARATION_EDITS) for edit in example.edits)
+    return BrokenCase(code, partial(make_example, example), example.alongside, example.per_module, edits_declaration)
+
+
+def _corpus(layout: ProducerLayout) -> dict[str, BrokenCase]:
+    """Every example of every rule about ``layout``, by its name, in code order."""
+    return {
+        example.name: _case(rule.code, example)
+        for rule in RULES.values()
+        if rule.is_about(layout)
+        for example in rule.examples
+    }
+
+
+CORPUS: dict[str, BrokenCase] = _corpus(COMPRESSED_TENSORS_LAYOUT)
 """compressed-tensors: each checkpoint is reported by its own rule, naming the tensor, and check changes nothing."""
 
-MODELOPT_CORPUS: dict[str, BrokenCase] = dict(_SHARED)
-"""ModelOpt: the same, for every rule but the marker's (compressed-tensors' own) and NV604 (vLLM's ModelOpt
-weight-only methods take an input scale and drop it)."""
+MODELOPT_CORPUS: dict[str, BrokenCase] = _corpus(MODELOPT_LAYOUT)
+"""ModelOpt: the same, for every rule about ModelOpt's layout (not the marker's, compressed-tensors' own, nor NV604:
+vLLM's ModelOpt weight-only methods take an input scale and drop it)."""

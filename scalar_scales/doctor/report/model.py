@@ -100,13 +100,9 @@ class CheckReport:
 
     @property
     def applied(self) -> list[Rule]:
-        """The selected rules that were applied: those about the checkpoint's layout, and not those that judge
-        modules against class names where the config names a class no module can be judged against."""
-        unjudged = bool(self.diagnosis.expectations.unjudged_classes)
-        layout = self.diagnosis.scan.layout
-        return [
-            rule for rule in self.diagnosis.rules if not (unjudged and rule.judges_classes) and rule.is_about(layout)
-        ]
+        """The selected rules that were applied (:meth:`Rule.applies_to`): about the checkpoint's layout, given
+        what they need of it, and judging no class name a checkpoint cannot show."""
+        return [rule for rule in self.diagnosis.rules if rule.applies_to(self.diagnosis.view)]
 
     @property
     def nvfp4_modules(self) -> int:
@@ -114,8 +110,9 @@ class CheckReport:
 
     @property
     def checked(self) -> bool:
-        """Whether there was anything to check: an NVFP4 module, or a per-tensor scale in scope."""
-        return bool(self.nvfp4_modules or self.diagnosis.scan.scale_count)
+        """Whether there was anything to check: an NVFP4 module, or a per-tensor scale in scope, and a selected
+        rule applied to it."""
+        return bool(self.applied) and bool(self.nvfp4_modules or self.diagnosis.scan.scale_count)
 
     @property
     def commit(self) -> str | None:

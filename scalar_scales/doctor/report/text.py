@@ -124,7 +124,12 @@ def summary(report: CheckReport) -> str:
     """The last line: what was found (by severity, then by rule), or that nothing was, or nothing checked; the
     engines observed not to load it; the bytes fetched from a Hub repository."""
     scan = report.diagnosis.scan
-    if not report.checked and not report.reported:
+    if not report.checked and not report.reported and (report.nvfp4_modules or scan.scale_count):
+        line = (
+            f"Nothing checked: no rule selected applies to this checkpoint ({_declared_text(report)}); "
+            "docs/rules.md says what each needs."
+        )
+    elif not report.checked and not report.reported:
         line = (
             "Nothing checked: no NVFP4 module and no per-tensor scale in scope "
             f"({_declared_text(report)}); the rules apply to NVFP4 checkpoints."

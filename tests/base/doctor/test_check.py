@@ -149,7 +149,13 @@ def test_0_d_scales_without_the_marker_are_information_that_strict_lets_pass(cle
 
 @pytest.mark.parametrize(
     ("value", "said"),
-    [(0.0, "is 0: "), (-2.0, "is negative (-2.0)"), (math.nan, "is NaN: "), (math.inf, "is Inf: ")],
+    [
+        (0.0, "is 0: "),
+        (-2.0, "is negative (-2.0)"),
+        (math.nan, "is NaN: "),
+        (math.inf, "is Inf: "),
+        (-math.inf, "is -Inf: "),
+    ],
 )
 def test_a_zero_negative_nan_or_inf_scale_is_an_nv301_error(clean, value, said):
     name = set_scale_value(clean, "input_global_scale", 0, value)
@@ -187,6 +193,42 @@ def test_a_scale_include_adds_is_checked_for_invalid_values_and_not_for_a_conven
     (clean / INDEX_NAME).write_text(json.dumps(index))
     result = run_cli_in_process("check", clean, "--json", "--include", "*.[kv]_scale", "--select", "NV3")
     assert [(f["code"], f["tensor"]) for f in findings(result)] == [("NV301", "model.layers.0.self_attn.v_scale")]
+
+
+def test_a_scale_include_adds_is_held_to_nv101_alone_not_to_the_marker(clean):
+    """format_version 2 speaks of the global scales: an included (1,) k_scale beside 0-D global scales is NV101's,
+    and the marker still tells the truth (NV102 counted the included scales as global ones)."""
+    names = ["model.layers.0.self_attn.k_scale", "model.layers.0.self_attn.v_scale"]
+    shard = shard_of(clean, f"{EXPERT}.gate_proj.weight_packed")
+
+    def add(tensors):
+        for name in names:
+            tensors[name] = {"dtype": "F32", "shape": [1], "data": struct.pack("<f", 1.0)}
+
+    rewrite_shard(shard, add)
+    index = json.loads((clean / INDEX_NAME).read_text())
+    index["weight_map"].update(dict.fromkeys(names, shard.name))
+    (clean / INDEX_NAME).write_text(json.dumps(index))
+    result = run_cli_in_process("check", clean, "--json", "--include", "*.[kv]_scale", "--select", "NV1")
+    assert sorted((f["code"], f["tensor"]) for f in findings(result)) == [("NV101", name) for name in names]
+
+
+def test_a_lone_safetensors_file_is_not_said_to_be_judged_by_the_rules_that_need_a_config(clean, tmp_path):
+    """A lone file has no config: NV202 and the config rules (NV6) cannot judge it, and rules_applied and the
+    summary's count leave them out, as docs/rules.md says."""
+    lone = tmp_path / "model.safetensors"
+    shutil.copy(shards(clean)[0], lone)
+    summary = json.loads(run_cli_in_process("check", lone, "--json").stdout)["summary"]
+    needs_config = {code for code, rule in RULES.items() if {"config", "quantization"} & set(rule.needs)}
+    assert {"NV202", "NV601", "NV607"} <= needs_config
+    assert summary["rules_applied"] == [code for code in RULES if code not in needs_config]
+
+
+def test_a_selection_that_leaves_no_rule_is_a_usage_error(clean):
+    """A check of no rule would pass any checkpoint: it printed "All checks passed: no finding from 0 rules"."""
+    result = run_cli_in_process("check", clean, "--select", "NV1", "--ignore", "NV1", "--strict")
+    assert (result.returncode, result.stdout, result.stderr.count("\n")) == (2, "", 1)
+    assert "leaves no rule" in result.stderr
 
 
 def test_warnings_exit_0_and_strict_makes_them_exit_1(clean):
@@ -381,6 +423,16 @@ def test_a_checkpoint_without_nvfp4_says_nothing_was_checked_and_exits_0(bf16):
 
 def test_strict_makes_a_checkpoint_with_nothing_checked_exit_1(bf16):
     assert run_cli_in_process("check", bf16, "--strict").returncode == 1
+
+
+def test_a_selection_no_rule_of_applies_to_the_checkpoint_is_nothing_checked(clean, tmp_path):
+    """The config rules on a lone file (no config) judge nothing: that is no clean bill from 0 rules, exit 0 under
+    --strict, but nothing checked."""
+    lone = tmp_path / "model.safetensors"
+    shutil.copy(shards(clean)[0], lone)
+    result = run_cli_in_process("check", lone, "--select", "NV6", "--strict")
+    assert result.returncode == 1
+    assert result.stdout.splitlines()[-1].startswith("Nothing checked: no rule selected applies to this checkpoint")
 
 
 def test_a_model_class_in_the_targets_leaves_the_class_rules_unapplied_and_says_so(clean):

@@ -1,0 +1,216 @@
+"""A rule's examples, as data: the broken checkpoints that show it, each a clean checkpoint changed by a few edits.
+
+A rule names its examples where it is defined (:class:`~scalar_scales.doctor.rules.Rule`'s ``examples``), and
+everything else is made from them: docs/rules.md gives each one's name and what it is, and the test kit's broken
+corpus (``scalar_scales_testkit.broken``) makes each in every layout the rule is about, starting from the
+synthetic compressed-tensors checkpoint and from a real ModelOpt export; its test holds the rule to finding it
+there, naming the tensor, and no other rule to finding anything (``alongside`` aside). ``scripts/check_evidence.py``
+breaks real artifacts the same way, and serves them, for each rule's effect.
+
+An edit names a tensor by a template: ``{module}`` is the module a break of one module changes (an expert of the
+last layer; a break of each expert runs the edits once for each), and ``{weight}``, ``{weight_scale}``,
+``{weight_global}`` and ``{input_global}`` are the names the checkpoint's layout gives those tensors
+(:class:`~scalar_scales.nvfp4.ProducerLayout`). A new kind of break is a new edit here and its one ``case`` in
+the test kit; a rule that breaks a checkpoint as another does needs neither.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "AddScales",
+    "Declare",
+    "DeclareKVCache",
+    "DropDeclaration",
+    "Edit",
+    "Example",
+    "HalveGroups",
+    "IgnoreLayer",
+    "IndexAdds",
+    "IndexDrops",
+    "InvertScales",
+    "LegacyShapes",
+    "MultiplyValue",
+    "Remove",
+    "SetDtype",
+    "SetValue",
+    "TargetOnlyLayer",
+    "Undeclare",
+    "Unquantize",
+    "WeightOnly",
+]
+
+
+@dataclass(frozen=True)
+class Remove:
+    """Remove ``tensor`` from its shard, and from the index where there is one."""
+
+    tensor: str
+
+
+@dataclass(frozen=True)
+class SetValue:
+    """Set the one-value F32 scale ``tensor`` to ``value``."""
+
+    tensor: str
+    value: float
+
+
+@dataclass(frozen=True)
+class MultiplyValue:
+    """Multiply the one-value F32 scale ``tensor`` by ``factor``."""
+
+    tensor: str
+    factor: float
+
+
+@dataclass(frozen=True)
+class InvertScales:
+    """Store every global scale as its reciprocal: the other producer's convention."""
+
+
+@dataclass(frozen=True)
+class SetDtype:
+    """Label ``tensor`` with ``dtype`` in its shard's header, its bytes unchanged."""
+
+    tensor: str
+    dtype: str
+
+
+@dataclass(frozen=True)
+class HalveGroups:
+    """Cut the group scales ``tensor`` (rows, groups) to (rows, groups / 2), as for groups twice the size."""
+
+    tensor: str
+
+
+@dataclass(frozen=True)
+class AddScales:
+    """Add the 0-D F32 tensors ``tensors``, each of ``value``, to the shard that holds ``beside``."""
+
+    tensors: tuple[str, ...]
+    value: float
+    beside: str
+
+
+@dataclass(frozen=True)
+class IndexAdds:
+    """The index lists ``tensor``, which no shard holds, in the shard of ``beside`` (a single-file checkpoint gets
+    the index that lists its file first)."""
+
+    tensor: str
+    beside: str
+
+
+@dataclass(frozen=True)
+class IndexDrops:
+    """The index no longer lists ``tensor``, which its shard still holds."""
+
+    tensor: str
+
+
+@dataclass(frozen=True)
+class LegacyShapes:
+    """Every global scale of shape (1,), as llm-compressor writes them: compressed-tensors' by ``migrate --to
+    legacy``, which drops the marker too."""
+
+
+@dataclass(frozen=True)
+class Declare:
+    """Set ``key`` of the quantization declaration a server reads (config.json's ``quantization_config`` where
+    there is one, else hf_quant_config.json's ``quantization``) to the JSON value ``value``."""
+
+    key: str
+    value: object
+
+
+@dataclass(frozen=True)
+class Undeclare:
+    """Remove ``key`` from the quantization declaration a server reads."""
+
+    key: str
+
+
+@dataclass(frozen=True)
+class DropDeclaration:
+    """Remove the quantization declaration: config.json's ``quantization_config``, and hf_quant_config.json."""
+
+
+@dataclass(frozen=True)
+class IgnoreLayer:
+    """The declaration leaves layer ``layer`` unquantized: compressed-tensors' ``ignore`` takes a ``re:`` pattern
+    for it, ModelOpt's ``exclude_modules`` a wildcard."""
+
+    layer: int
+
+
+@dataclass(frozen=True)
+class TargetOnlyLayer:
+    """The declaration quantizes layer ``layer`` alone: compressed-tensors' config groups target it alone,
+    ModelOpt's ``MIXED_PRECISION`` lists its modules alone."""
+
+    layer: int
+
+
+@dataclass(frozen=True)
+class WeightOnly:
+    """Every compressed-tensors config group weight-only: ``input_activations`` null, as NVFP4A16 declares."""
+
+
+@dataclass(frozen=True)
+class DeclareKVCache:
+    """Declare an FP8 KV cache: compressed-tensors' ``kv_cache_scheme``, ModelOpt's ``kv_cache_quant_algo``."""
+
+
+@dataclass(frozen=True)
+class Unquantize:
+    """Store the first of ``modules`` the checkpoint holds as NVFP4 as an unquantized BF16 ``weight`` instead,
+    its NVFP4 tensors gone, as a quantizer that skipped it writes it; the finding names that ``weight``."""
+
+    modules: tuple[str, ...]
+
+
+Edit = (
+    Remove
+    | SetValue
+    | MultiplyValue
+    | InvertScales
+    | SetDtype
+    | HalveGroups
+    | AddScales
+    | IndexAdds
+    | IndexDrops
+    | LegacyShapes
+    | Declare
+    | Undeclare
+    | DropDeclaration
+    | IgnoreLayer
+    | TargetOnlyLayer
+    | WeightOnly
+    | DeclareKVCache
+    | Unquantize
+)
+"""Each way an example changes a clean checkpoint, in the test kit's terms."""
+
+
+@dataclass(frozen=True)
+class Example:
+    """One broken checkpoint that shows a rule: ``name`` (the corpus's name for it), ``summary`` (what the break
+    is, as it happens: docs/rules.md gives it), and the ``edits`` that make it, in order.
+
+    ``names``: the tensor the rule's finding names, as a template; without it, the one the last edit names: the
+    tensor a :class:`Remove`, :class:`SetValue`, :class:`MultiplyValue`, :class:`SetDtype`, :class:`HalveGroups`,
+    :class:`IndexAdds` or :class:`IndexDrops` changes, or the weight an :class:`Unquantize` stores; any other
+    edit names the config (the finding names no tensor). ``alongside``: the codes of the rules the same
+    break necessarily brings too (NV102's (1,) scales are each NV101). ``per_module``: the break changes the one
+    module ``{module}`` (the evidence makes it on one expert and on every expert); else the checkpoint as a
+    whole.
+    """
+
+    name: str
+    summary: str
+    edits: tuple[Edit, ...]
+    names: str | None = None
+    alongside: tuple[str, ...] = ()
+    per_module: bool = False
