@@ -9,7 +9,10 @@ import json
 import pytest
 
 from scalar_scales.consumers import NO_FIX, OBSERVED, Observation
-from scalar_scales_testkit.broken import clean_checkpoint, mla_checkpoint, to_modelopt
+from scalar_scales.doctor.examples import Example, Unquantize
+from scalar_scales.nvfp4 import COMPRESSED_TENSORS_LAYOUT
+from scalar_scales.sources import read_headers
+from scalar_scales_testkit.broken import make_example, mla_checkpoint, to_modelopt
 from scalar_scales_testkit.cli import run_cli_in_process
 
 GLM = "Glm4MoeLiteForCausalLM"
@@ -52,10 +55,25 @@ def test_a_legacy_deepseek_checkpoint_names_sglangs_refusal_of_its_1_scales(tmp_
 
 
 def test_a_checkpoint_whose_mla_a_projections_are_not_quantized_is_not_judged_by_sglangs_fusion(tmp_path):
-    checkpoint = clean_checkpoint(tmp_path / "clean")
+    """The format-2 GLM checkpoint SGLang refuses, its a-projections stored as BF16 and ignored by its config, as
+    a quantizer that skips them writes it: SGLang has no global scales of theirs to concatenate."""
+    checkpoint = mla_checkpoint(tmp_path / "glm", GLM)
+    a_projections = sorted(
+        {name.rpartition(".")[0] for name in read_tensor_names(checkpoint) if "_a_proj" in name}, reverse=True
+    )
+    for module in a_projections:
+        make_example(Example("a-projection-bf16", "", (Unquantize((module,)),)), checkpoint, COMPRESSED_TENSORS_LAYOUT)
     config = json.loads((checkpoint / "config.json").read_text())
-    (checkpoint / "config.json").write_text(json.dumps({**config, "architectures": [GLM]}))
-    assert "Not loaded by" not in run_cli_in_process("check", checkpoint).stdout
+    config["quantization_config"]["ignore"] += [r"re:.*\.q_a_proj$", r"re:.*\.kv_a_proj_with_mqa$"]
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    assert len(a_projections) >= 2 and not any("_a_proj" in n and "scale" in n for n in read_tensor_names(checkpoint))
+    result = run_cli_in_process("check", checkpoint)
+    assert result.returncode == 0 and "Not loaded by" not in result.stdout
+    assert result.stdout.splitlines()[-1].startswith("All checks passed")
+
+
+def read_tensor_names(checkpoint) -> list[str]:
+    return [name for header in read_headers(checkpoint) for name in header.names]
 
 
 def test_a_modelopt_checkpoint_is_not_judged_by_what_was_observed_of_compressed_tensors(tmp_path):
