@@ -12,7 +12,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-__all__ = ["SWITCHES", "Switch", "SwitchValueError", "read_command_line_switches", "switch"]
+__all__ = [
+    "OTHERS_SETTINGS",
+    "SWITCHES",
+    "Switch",
+    "SwitchValueError",
+    "others_setting",
+    "read_command_line_switches",
+    "switch",
+]
 
 
 class SwitchValueError(ValueError):
@@ -77,3 +85,45 @@ def read_command_line_switches() -> None:
     for name, variable in SWITCHES.items():
         if variable.command_line:
             switch(name)
+
+
+OTHERS_SETTINGS: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "HF_ENDPOINT",
+            "HF_HUB_ETAG_TIMEOUT",
+            "HF_HUB_DOWNLOAD_TIMEOUT",
+            "HF_HUB_CACHE",
+            "HUGGINGFACE_HUB_CACHE",
+            "HF_TOKEN",
+            "HUGGING_FACE_HUB_TOKEN",
+            "HF_TOKEN_PATH",
+        ),
+        "huggingface_hub",
+    ),
+    **dict.fromkeys(
+        (
+            "all_proxy",
+            "ALL_PROXY",
+            "http_proxy",
+            "HTTP_PROXY",
+            "https_proxy",
+            "HTTPS_PROXY",
+            "no_proxy",
+            "NO_PROXY",
+            "SSL_CERT_FILE",
+        ),
+        "huggingface_hub's HTTP client",
+    ),
+}
+"""The variables other packages own that ``check hf://`` reads too, each with its owner: to refuse, in one line
+naming it, a value its owner would fail on with a traceback, or take for what it cannot be
+(``sources.hub``, ``sources.hub_client``). They are never read for their meaning here: their owner reads them."""
+
+
+def others_setting(name: str) -> str | None:
+    """The value of ``name`` (a key of :data:`OTHERS_SETTINGS`) in this process's environment now, None where
+    unset."""
+    if name not in OTHERS_SETTINGS:
+        raise KeyError(f"{name} is not a setting scalar-scales reads (OTHERS_SETTINGS)")
+    return os.environ.get(name)

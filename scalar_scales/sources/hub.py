@@ -29,6 +29,16 @@ it is used. It is imported only here, and only when a Hub address is
 checked. With ``HF_HUB_OFFLINE=1`` the snapshot in its cache is checked as a
 local folder, at the commit the cache's ``refs/`` name.
 
+Settings are checked before huggingface_hub is imported, as it reads them
+there and would fail with an exception, or take one for what it cannot be:
+``HF_ENDPOINT`` must be an ``http(s)://`` address with a host and a valid
+port, and each timeout a whole number of seconds up to :data:`MAX_TIMEOUT`.
+Each refusal is one line naming the setting, exit 2 (the proxies and
+certificates its HTTP client reads: :mod:`.hub_client`). The cache is
+checked before it is read (:func:`_cached_snapshot`): the ``refs/`` file must
+hold a commit, the snapshot must be that commit's folder in the repository's
+``snapshots/``, and each of its files must lie in the cache.
+
 A server is not trusted. Every read is pinned to the commit the model info
 names, so a push during a check cannot mix two commits. A range reply must
 be 206, uncompressed, and hold exactly the bytes asked for, starting where
@@ -42,7 +52,9 @@ long body, a hang) is one line naming the address, exit 2.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -51,12 +63,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
+from scalar_scales.environment import others_setting
 from scalar_scales.errors import CheckpointError
 from scalar_scales.files.header import header_length_of, parse_header
 from scalar_scales.files.json_document import MAX_JSON_BYTES, json_object
 from scalar_scales.files.scalars import read_scalars
+from scalar_scales.shell import command
 from scalar_scales.sources.checkpoint import (
     CONFIG_NAME,
     INDEX_NAME,
@@ -102,7 +116,13 @@ as another request on a 100 Mbit/s link, and a scattered layout's scales are rea
 SPAN_CAP = 8 << 20
 """The most one merged range may hold: what a reader holds in memory at a time, however the header places its
 scales. A range is only ever longer where one scale's own bytes are (never: a scale is at most 8 bytes)."""
+MAX_TIMEOUT = 1_000_000
+"""The longest ``HF_HUB_ETAG_TIMEOUT`` or ``HF_HUB_DOWNLOAD_TIMEOUT`` taken, in seconds (11 days): a request's deadline
+is :data:`~.hub_client.DEADLINE_FACTOR` times it, and the clocks it is waited on hold no more than about 9.2e9 s."""
+_TIMEOUTS = ("HF_HUB_ETAG_TIMEOUT", "HF_HUB_DOWNLOAD_TIMEOUT")
 _COMMIT = re.compile(r"[0-9a-f]{40}")
+_REF_BYTES = 4096
+"""The most of a ``refs/`` file read: a commit is 40 bytes, and a link to ``/dev/zero`` is never read to its end."""
 
 
 @dataclass(frozen=True)
@@ -156,7 +176,7 @@ class HubShards:
         self.cancelled = threading.Event()
         """Set when a read fails: the others give up at once (:class:`~.hub_client.Client`), so the check's one
         line comes without waiting for them."""
-        self._client = Client(constants.HF_HUB_DOWNLOAD_TIMEOUT, self.cancelled)
+        self._client = Client(constants.HF_HUB_DOWNLOAD_TIMEOUT, self.cancelled, where=address)
         self._lock = threading.Lock()
         self.long_headers = threading.Lock()
         """Held while a header longer than :data:`FIRST_READ_CAP` is read and parsed: one at a time, since each may
@@ -348,7 +368,7 @@ def _model_info(repo_id: str, revision: str | None, address: str) -> tuple[str, 
     url = f"{constants.ENDPOINT}/api/models/{repo_id}"
     if revision is not None:
         url += f"/revision/{quote(revision, safe='')}"
-    client = Client(constants.HF_HUB_ETAG_TIMEOUT)
+    client = Client(constants.HF_HUB_ETAG_TIMEOUT, where=address)
     body = client.fetch(url, address, {}, lambda response: MAX_JSON_BYTES, decoded=True)
     try:
         info = json_object(body, address)
@@ -364,20 +384,75 @@ def _model_info(repo_id: str, revision: str | None, address: str) -> tuple[str, 
     return sha, {sibling["rfilename"] for sibling in siblings}
 
 
+def _check_settings() -> None:
+    """Refuse, in one line naming it, a setting huggingface_hub reads as it is imported and would fail on there or
+    at its first request (an ``HF_ENDPOINT`` port of 99999, a timeout of ``abc``), or would take for what it cannot
+    be (a timeout of -1 s, or of 10**23 s). Read from the environment as huggingface_hub reads it, before it is."""
+    endpoint = others_setting("HF_ENDPOINT")
+    problem = None if endpoint is None else _endpoint_problem(endpoint)
+    if endpoint is not None and problem is not None:
+        raise CheckpointError("HF_ENDPOINT", f"{_shown(endpoint)} is not an address huggingface_hub can use: {problem}")
+    for name in _TIMEOUTS:
+        value = others_setting(name)
+        if value is None:
+            continue
+        try:
+            seconds = int(value)  # as huggingface_hub reads it; 0 is its default, 10 s
+        except ValueError:
+            seconds = -1
+        if not 0 <= seconds <= MAX_TIMEOUT:
+            raise CheckpointError(
+                name,
+                f"{_shown(value)} is not a timeout: a whole number of seconds up to {MAX_TIMEOUT} is "
+                "(0: huggingface_hub's default, 10)",
+            )
+
+
+def _endpoint_problem(endpoint: str) -> str | None:
+    """Why ``endpoint`` is no address huggingface_hub can send requests to; None where it is one."""
+    if not endpoint.isprintable() or any(c.isspace() for c in endpoint):
+        return "it holds a space or a control character"
+    try:
+        parts = urlsplit(endpoint)
+        port = parts.port
+    except ValueError as error:
+        return "its port is not a number from 1 to 65535" if "Port" in str(error) else f"it is not a URL ({error})"
+    if parts.scheme.lower() not in ("http", "https"):
+        return "it is not an http:// or https:// address"
+    if not parts.hostname:
+        return "it names no host"
+    if port == 0:
+        return "its port is not a number from 1 to 65535"
+    return None
+
+
+def _shown(value: str) -> str:
+    """A setting's value as a refusal quotes it: whole, unless it is long."""
+    return repr(value if len(value) <= 80 else value[:80] + "...")
+
+
 def _start_huggingface_hub(address: str) -> None:
-    """Import huggingface_hub, which reads its settings as it is imported: a missing package, or a setting it
-    refuses (``HF_ENDPOINT=http://[::1``), is one line."""
+    """Import huggingface_hub and what of it a check uses, which read their settings as they are imported, once
+    the settings are checked (:func:`_check_settings`): a missing package, or a setting it still refuses, is one
+    line."""
+    _check_settings()
     try:
         import huggingface_hub.constants  # noqa: F401
-        import huggingface_hub.utils  # noqa: F401
+        import huggingface_hub.errors  # noqa: F401
+        from huggingface_hub import hf_hub_url, snapshot_download  # noqa: F401
+        from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status, tqdm  # noqa: F401
     except ImportError:
         raise CheckpointError(
             address, "checking a Hub repository needs huggingface_hub: pip install 'scalar-scales[hub]'"
         ) from None
     except Exception as error:
         raise CheckpointError(
-            address, f"huggingface_hub refuses its settings ({type(error).__name__}: {error}); check HF_ENDPOINT"
+            address, f"huggingface_hub refuses its settings ({type(error).__name__}: {_first_line(error)})"
         ) from None
+
+
+def _first_line(error: BaseException) -> str:
+    return str(error).splitlines()[0] if str(error).strip() else type(error).__name__
 
 
 def _open_cached(hub: HubAddress) -> OpenedCheckpoint:
@@ -390,24 +465,100 @@ def _open_cached(hub: HubAddress) -> OpenedCheckpoint:
     and the snapshot lacks (a ``config.json`` left out by ``--include``) cannot
     be told offline, and the check goes on without it.
     """
-    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
     from scalar_scales.sources.local import open_local
 
+    snapshot, commit = _cached_snapshot(hub)
     try:
-        folder = Path(snapshot_download(hub.repo_id, revision=hub.revision, local_files_only=True))
-    except LocalEntryNotFoundError:
+        # huggingface_hub's own look-up, at the commit found: it also refuses a snapshot its record of the
+        # commit's files says is incomplete.
+        found = Path(snapshot_download(hub.repo_id, revision=commit, local_files_only=True))
+    except LocalEntryNotFoundError as error:
         raise CheckpointError(
             hub.given,
-            f"HF_HUB_OFFLINE is set and huggingface_hub's cache ({constants.HF_HUB_CACHE}) holds no snapshot of "
-            f"it; unset HF_HUB_OFFLINE to check it over the network, or download it first (hf download "
-            f"{hub.repo_id}" + (f" --revision {hub.revision}" if hub.revision else "") + ")",
+            f"huggingface_hub refuses its cached snapshot {snapshot} ({type(error).__name__}: {_first_line(error)})",
         ) from None
     except Exception as error:
         raise CheckpointError(hub.given, f"huggingface_hub's cache cannot be read ({type(error).__name__})") from None
-    commit = folder.name if _COMMIT.fullmatch(folder.name) else None
-    return replace(open_local(folder), commit=commit, hub=hub)
+    if os.path.realpath(found) != os.path.realpath(snapshot):
+        raise CheckpointError(hub.given, f"huggingface_hub finds its snapshot at {found}, not at {snapshot}")
+    return replace(open_local(snapshot), commit=commit, hub=hub)
+
+
+def _cached_snapshot(hub: HubAddress) -> tuple[Path, str]:
+    """The folder of the repository's snapshot in huggingface_hub's cache, and its commit; each name the cache holds
+    checked before it is followed, so that what is checked is that repository's snapshot, or nothing.
+
+    The revision's ``refs/`` file (``refs/main``, ``refs/refs/pr/1``) must be a
+    file that holds a commit, 40 hexadecimal digits, as huggingface_hub writes
+    it; the snapshot, ``snapshots/COMMIT``, a folder there (a link to another of
+    that repository's snapshots is one); and each of its files a file of the
+    cache: a link out of it (to ``/etc``, another checkout) is not what the Hub
+    holds at that commit. The revision holds no ``..`` (:mod:`.hub_address`).
+    """
+    from huggingface_hub import constants
+
+    cache = Path(constants.HF_HUB_CACHE)
+    if cache.exists() and not cache.is_dir():
+        named = [name for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE") if others_setting(name) is not None]
+        setting = named[0] if named else "HF_HUB_CACHE"
+        raise CheckpointError(setting, f"huggingface_hub's cache, {cache}, is not a folder")
+    repository = cache / f"models--{hub.repo_id.replace('/', '--')}"
+    revision = hub.revision or "main"
+    commit = revision if _COMMIT.fullmatch(revision) else _cached_ref(hub, repository / "refs" / revision)
+    snapshots = repository / "snapshots"
+    snapshot = snapshots / (commit or "")
+    if commit is None or not os.path.lexists(snapshot):
+        raise CheckpointError(
+            hub.given,
+            f"HF_HUB_OFFLINE is set and huggingface_hub's cache ({constants.HF_HUB_CACHE}) holds no snapshot of "
+            "it; unset HF_HUB_OFFLINE to check it over the network, or download it first ("
+            + command("hf", "download", hub.repo_id, *(["--revision", hub.revision] if hub.revision else []))
+            + ")",
+        )
+    real = os.path.realpath(snapshot)
+    if os.path.dirname(real) != os.path.realpath(snapshots):
+        raise CheckpointError(
+            hub.given, f"the cached snapshot {snapshot} is a link to {real}, out of the repository's {snapshots}"
+        )
+    if not os.path.isdir(real):
+        raise CheckpointError(hub.given, f"the cached snapshot {snapshot} is not a folder")
+    inside = {os.path.realpath(folder) for folder in (cache, repository / "blobs", snapshot)}
+    try:
+        with os.scandir(snapshot) as listing:
+            entries = sorted(listing, key=lambda entry: entry.name)
+    except OSError as error:
+        raise CheckpointError(hub.given, f"the cached snapshot {snapshot} cannot be read: {error.strerror}") from None
+    for entry in entries:
+        target = os.path.realpath(entry.path)
+        if not any(target == folder or target.startswith(folder.rstrip(os.sep) + os.sep) for folder in inside):
+            raise CheckpointError(
+                hub.given,
+                f"the cached snapshot's {entry.name} is a link to {target}, out of huggingface_hub's cache ({cache})",
+            )
+    return snapshot, commit
+
+
+def _cached_ref(hub: HubAddress, ref: Path) -> str | None:
+    """The commit the cache's ``refs/`` file ``ref`` names; None where there is none (nothing cached)."""
+    try:
+        if not stat.S_ISREG(os.stat(ref).st_mode):
+            raise CheckpointError(hub.given, f"huggingface_hub's cache names the revision in {ref}, not a file")
+        with open(ref, "rb") as file:
+            held = file.read(_REF_BYTES)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as error:
+        raise CheckpointError(hub.given, f"huggingface_hub's cache cannot be read: {ref}: {error.strerror}") from None
+    text = held.decode("utf-8", "backslashreplace")
+    if not _COMMIT.fullmatch(text):
+        shown = repr(text if len(text) <= 60 else text[:60] + "...")
+        raise CheckpointError(
+            hub.given, f"{ref}, in huggingface_hub's cache, holds {shown}, not a commit (40 hexadecimal digits)"
+        )
+    return text
 
 
 def open_hub_checkpoint(address: str) -> OpenedCheckpoint:
@@ -467,9 +618,9 @@ def _with_subfolder_hint(error: CheckpointError, hub: HubAddress) -> CheckpointE
     ):
         return error
     branch, _, folder = revision.partition("/")
+    download = command("hf", "download", hub.repo_id, "--revision", branch, "--include", f"{folder}/*")
     return CheckpointError(
         error.path,
         f"{error.problem}; if {folder!r} is a folder of revision {branch!r}, a checkpoint in a subfolder is not "
-        f"supported: download it (hf download {hub.repo_id} --revision {branch} --include '{folder}/*') and check "
-        "the folder",
+        f"supported: download it ({download}) and check the folder",
     )

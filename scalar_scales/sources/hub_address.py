@@ -16,6 +16,14 @@ own links spell ``refs/pr/1`` as ``refs%2Fpr%2F1``, and a branch may hold a
 ``/``, so neither form is cut at a slash. A file's page (``/blob/...``,
 ``/resolve/...``) names one file, not a checkpoint, and is refused with the
 address to check instead; so is a dataset's or a Space's.
+
+A revision is a branch, a tag or a commit, and git's rules for their names
+(``git check-ref-format``) say what none can hold; what of those would change
+what is read is refused, in either form (:func:`_revision_problem`): a ``.``
+or ``..`` segment, which an HTTP client removes from the model-info address
+(``@..`` would check the default branch) and which, offline, would name a
+``refs/`` file outside the repository's; an empty segment; a control
+character or a backslash.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
+from scalar_scales.environment import others_setting
 from scalar_scales.errors import CheckpointError
 
 __all__ = ["HUB_HOSTS", "HUB_PREFIX", "HubAddress", "is_hub_address", "parse_hub_address"]
@@ -62,7 +71,7 @@ def parse_hub_address(address: str) -> HubAddress:
         match = _ADDRESS.fullmatch(address)
         if match is None:
             raise CheckpointError(address, "not a Hub address; the form is hf://ORG/NAME or hf://ORG/NAME@REVISION")
-        return HubAddress(match["repo"], match["revision"], address)
+        return _checked(HubAddress(match["repo"], match["revision"], address))
     host = _host(address)
     if host is None or host not in _hub_hosts():
         raise CheckpointError(
@@ -83,13 +92,36 @@ def parse_hub_address(address: str) -> HubAddress:
         revision = unquote("/".join(rest[1:]))
         if not revision.strip() or any(ord(c) < 32 for c in revision):
             raise CheckpointError(address, "names no revision after /tree/")
-        return HubAddress(repo_id, revision, address)
+        return _checked(HubAddress(repo_id, revision, address))
     if rest[0] in ("blob", "resolve") and len(rest) > 2:
         revision = unquote(rest[1])
         raise CheckpointError(
             address, f"names one file, not a checkpoint; check the repository: hf://{repo_id}@{revision}"
         )
     raise CheckpointError(address, f"not a repository's address; the forms are {_FORMS}")
+
+
+def _revision_problem(revision: str) -> str | None:
+    """Why ``revision`` can name no branch, tag or commit, in the terms of git's rules for their names; None where
+    it may name one (the Hub, or the cache offline, then says whether it does)."""
+    if any(ord(c) < 32 or ord(c) == 127 for c in revision):
+        return "it holds a control character"
+    if "\\" in revision:
+        return "it holds a backslash"
+    segments = revision.split("/")
+    if any(segment in (".", "..") for segment in segments):
+        return "it has a '.' or '..' segment"
+    if "" in segments:
+        return "it has an empty segment (a '/' at its start or end, or '//')"
+    return None
+
+
+def _checked(hub: HubAddress) -> HubAddress:
+    """``hub``, or a one-line refusal where its revision can name nothing (:func:`_revision_problem`)."""
+    problem = None if hub.revision is None else _revision_problem(hub.revision)
+    if problem is not None:
+        raise CheckpointError(hub.given, f"the revision {hub.revision!r} can name no branch, tag or commit: {problem}")
+    return hub
 
 
 def _host(path: str) -> str | None:
@@ -103,11 +135,14 @@ def _host(path: str) -> str | None:
 
 
 def _hub_hosts() -> frozenset[str]:
-    """The Hub's hosts and the host of huggingface_hub's endpoint; without huggingface_hub, the Hub's (checking the
-    address then says what to install)."""
+    """The Hub's hosts and the host of huggingface_hub's endpoint; without huggingface_hub, or where it refuses its
+    settings (a timeout of ``abc``), the host of ``HF_ENDPOINT``: checking the address then says what to install,
+    or which setting is refused, rather than that a mirror's address is not the Hub's."""
     try:
         from huggingface_hub import constants
+
+        endpoint = constants.ENDPOINT
     except Exception:  # not installed, or refusing its settings: open_hub_checkpoint says which, in one line
-        return HUB_HOSTS
-    host = _host(constants.ENDPOINT)
+        endpoint = others_setting("HF_ENDPOINT") or ""
+    host = _host(endpoint)
     return HUB_HOSTS | ({host} if host else set())

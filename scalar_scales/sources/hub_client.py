@@ -31,19 +31,31 @@ warning on stderr, where a check prints one line. Here:
 - a :class:`Client` given a ``cancelled`` event starts no request and no
   wait once it is set, and a request in flight is given up at once: after
   one shard fails, the check ends without waiting for the others' reads.
+
+Its session and headers are huggingface_hub's, which read settings of their
+own as a client starts: the proxies (``HTTPS_PROXY=socks5://...`` without
+socksio, ``bogus://x``) and certificates (``SSL_CERT_FILE``) its HTTP client
+takes from the environment, the token (``HF_TOKEN``, a saved login,
+``HF_OIDC_RESOURCE``) and ``HF_HUB_USER_AGENT_ORIGIN``. One it cannot use is
+one line naming the setting (never a proxy's value, which may hold a
+password), exit 2, before any request.
 """
 
 from __future__ import annotations
 
 import email.utils
+import importlib.util
+import os
 import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
+from urllib.parse import urlsplit
 
+from scalar_scales.environment import others_setting
 from scalar_scales.errors import CheckpointError
 from scalar_scales.sources.checkpoint import ReadCancelled
 
@@ -110,11 +122,9 @@ class Client:
     """GET requests through huggingface_hub's session, each with a timeout, a deadline, retries and a bound on its
     body."""
 
-    def __init__(self, timeout: float, cancelled: threading.Event | None = None) -> None:
-        from huggingface_hub.utils import build_hf_headers, get_session
-
-        self._session = get_session()
-        self._headers = build_hf_headers()
+    def __init__(self, timeout: float, cancelled: threading.Event | None = None, *, where: str) -> None:
+        """``where``: what a refusal of huggingface_hub's session names, where no setting is to blame."""
+        self._session, self._headers = _session_and_headers(where)
         self.timeout = timeout
         self.deadline = DEADLINE_FACTOR * timeout
         self.cancelled = threading.Event() if cancelled is None else cancelled
@@ -206,6 +216,94 @@ class Client:
                             raise _Transient(CheckpointError(where, _problem(error)), retry_after(response)) from None
                         raise
                 return _read(response, where, limit(response), decoded=decoded)
+
+
+_PROXY_SCHEMES = frozenset({"http", "https", "socks5", "socks5h"})
+"""The proxy schemes httpx takes (``socks5``/``socks5h`` only with socksio installed)."""
+
+
+def _session_and_headers(where: str) -> tuple[Any, dict[str, str]]:
+    """huggingface_hub's shared session and the headers of its requests, or a one-line :class:`CheckpointError`
+    naming the setting it cannot start with (:func:`_client_setting`, :func:`_header_setting`)."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import build_hf_headers, get_session
+
+    try:
+        session = get_session()
+    except Exception as error:
+        setting = _client_setting()
+        raise CheckpointError(
+            setting or where,
+            f"huggingface_hub's HTTP client cannot {'use it' if setting else 'start'} "
+            f"({type(error).__name__}: {_first_line(error)})",
+        ) from None
+    try:
+        headers = dict(build_hf_headers())
+    except OSError as error:  # the saved login's file: HF_TOKEN_PATH, or HF_HOME's
+        raise CheckpointError(
+            "HF_TOKEN_PATH" if others_setting("HF_TOKEN_PATH") else "HF_HOME",
+            f"huggingface_hub cannot read its saved login, {error.filename or constants.HF_TOKEN_PATH}: "
+            f"{error.strerror or error}",
+        ) from None
+    except Exception as error:
+        oidc = type(error).__name__ == "OIDCError"
+        raise CheckpointError(
+            "HF_OIDC_RESOURCE" if oidc else where,
+            f"huggingface_hub cannot {'get a token for it' if oidc else 'make its requests'} "
+            f"({type(error).__name__}: {_first_line(error)})",
+        ) from None
+    for name, value in headers.items():
+        if not (value.isascii() and value.isprintable()):
+            raise CheckpointError(
+                _header_setting(name, constants.HF_TOKEN_PATH) or where,
+                f"it cannot be sent in an HTTP header ({name}), which holds printable ASCII only",
+            )
+    return session, headers
+
+
+def _client_setting() -> str | None:
+    """The setting huggingface_hub's HTTP client (httpx, or its fork) could not start with, told by the rules it
+    reads them by: a proxy (``ALL_PROXY``, ``HTTP_PROXY``, ``HTTPS_PROXY``, lowercase first, as urllib finds
+    them; one without ``://`` is ``http://``), ``NO_PROXY``, or ``SSL_CERT_FILE``; None where none is to blame."""
+    for scheme in ("all", "http", "https", "no"):
+        name = next((n for n in (f"{scheme}_proxy", f"{scheme.upper()}_PROXY") if others_setting(n)), None)
+        if name is None:
+            continue
+        value = others_setting(name) or ""
+        if not value.isprintable():
+            return name
+        if scheme == "no":
+            continue
+        url = value if "://" in value else f"http://{value}"
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018  # refuses a port that is no number from 0 to 65535
+        except ValueError:
+            return name
+        kind = parts.scheme.lower()
+        if kind not in _PROXY_SCHEMES or not parts.hostname:
+            return name
+        if kind.startswith("socks") and importlib.util.find_spec("socksio") is None:
+            return name
+    certificates = others_setting("SSL_CERT_FILE")
+    if certificates and not os.path.isfile(certificates):
+        return "SSL_CERT_FILE"
+    return None
+
+
+def _header_setting(header: str, token_path: str) -> str | None:
+    """The setting a request header's value comes from: the token's (``HF_TOKEN``, or the saved login's file) or
+    the user agent's origin; None for another header."""
+    if header.lower() == "authorization":
+        named = [name for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN") if others_setting(name)]
+        return named[0] if named else token_path
+    if header.lower() == "user-agent":
+        return "HF_HUB_USER_AGENT_ORIGIN"
+    return None
+
+
+def _first_line(error: BaseException) -> str:
+    return str(error).splitlines()[0] if str(error).strip() else type(error).__name__
 
 
 def retry_after(response: Headed) -> float | None:

@@ -65,7 +65,9 @@ def _locked_folder(folder: Path) -> Iterator[None]:
 def _lock_file(folder: Path) -> Iterator[None]:
     path = folder / LOCK_FILE_NAME
     if why := removal_forbidden(folder):
-        raise PermissionError(errno.EPERM, f"folder is {why}, so a lock file {LOCK_FILE_NAME} could not be removed", str(folder))
+        raise PermissionError(
+            errno.EPERM, f"folder is {why}, so a lock file {LOCK_FILE_NAME} could not be removed", str(folder)
+        )
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | no_follow() | getattr(os, "O_CLOEXEC", 0), 0o600)
         try:

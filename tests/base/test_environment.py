@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from scalar_scales.environment import SWITCHES, SwitchValueError, switch
+from scalar_scales.environment import OTHERS_SETTINGS, SWITCHES, SwitchValueError, others_setting, switch
 from scalar_scales_testkit.cli import run_cli_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,6 +21,18 @@ def documented() -> dict[str, tuple[str, str]]:
 
 def test_the_docs_table_is_the_code_s_table():
     assert documented() == {name: (str(int(s.default)), s.doc) for name, s in SWITCHES.items()}
+
+
+def test_the_docs_list_the_others_settings_the_code_reads_by_owner():
+    page = (ROOT / "docs" / "environment.md").read_text()
+    listed = page.split("<!-- The others' settings:")[1].split("<!-- End of the others' settings. -->")[0]
+    rows = re.findall(r"^- (.+?): (.+)$", listed, re.M)
+    assert {name: owner for owner, names in rows for name in re.findall(r"`(\w+)`", names)} == OTHERS_SETTINGS
+
+
+def test_a_setting_no_table_holds_is_not_read():
+    with pytest.raises(KeyError, match="HF_HUB_OFFLINE is not a setting scalar-scales reads"):
+        others_setting("HF_HUB_OFFLINE")
 
 
 def test_no_product_module_reads_the_environment_but_the_table():

@@ -4,6 +4,7 @@ is the test kit's Hub stand-in, misbehaving on request."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import resource
@@ -33,7 +34,7 @@ def one_line(result: subprocess.CompletedProcess[str], code: int = 2) -> str:
 # A server that never answers: its timeout, or Ctrl-C, ends the check with one line.
 
 
-def hub_check(tmp_path: Path, repository: HubRepository, *args: str, **env: str):
+def hub_check(tmp_path: Path, repository: HubRepository, *args: str, **env: str | None):
     with serve_hub({"org/model": repository}) as (endpoint, served):
         result = run_cli("check", "hf://org/model", *args, env={**client_environment(endpoint, tmp_path), **env})
     return result, served
@@ -214,10 +215,107 @@ def test_a_repository_id_huggingface_hub_rejects_is_one_line(tmp_path, repo):
     assert "not a repository id huggingface_hub accepts" in line
 
 
-def test_an_endpoint_that_is_not_a_url_is_one_line(tmp_path):
-    env = {"HF_ENDPOINT": "http://[::1", "HF_HOME": str(tmp_path), "HF_HUB_OFFLINE": "0"}
-    line = one_line(run_cli("check", "hf://org/model", env=env))
-    assert line.startswith("scalar-scales: error: hf://org/model: ")
+ENDPOINT_PORT = "is not an address huggingface_hub can use: its port is not a number from 1 to 65535"
+NO_TIMEOUT = "is not a timeout: a whole number of seconds up to 1000000 is (0: huggingface_hub's default, 10)"
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "problem"),
+    [
+        ("HF_ENDPOINT", "http://127.0.0.1:99999", ENDPOINT_PORT),
+        ("HF_ENDPOINT", "http://127.0.0.1:abc", ENDPOINT_PORT),
+        ("HF_ENDPOINT", "http://127.0.0.1:-1", ENDPOINT_PORT),
+        ("HF_ENDPOINT", "http://[::1]:70000", ENDPOINT_PORT),
+        ("HF_ENDPOINT", "http://[::1", "is not an address huggingface_hub can use: it is not a URL (Invalid IPv6 URL)"),
+        ("HF_HUB_ETAG_TIMEOUT", "abc", NO_TIMEOUT),
+        ("HF_HUB_DOWNLOAD_TIMEOUT", "-1", NO_TIMEOUT),
+        ("HF_HUB_ETAG_TIMEOUT", "9" * 23, NO_TIMEOUT),
+    ],
+)
+def test_a_setting_huggingface_hub_reads_at_import_is_refused_in_one_line_naming_it(tmp_path, setting, value, problem):
+    """As found: huggingface_hub 2's ``_http`` raised ValueError on an endpoint's port as it was imported, outside
+    the guarded start (a traceback, exit 1, even with --exit-zero), and 1.x tried 6 times to reach it; a timeout
+    of ``abc`` was blamed on HF_ENDPOINT, one of -1 s ended the check at once ("took over -6 s"), one of 10**23 s
+    was an OverflowError. Each is now refused before huggingface_hub is imported, so nothing is requested."""
+    repository = HubRepository({"main": clean_checkpoint(tmp_path / "ckpt")})
+    result, served = hub_check(tmp_path, repository, **{setting: value})
+    assert one_line(result) == f"scalar-scales: error: {setting}: {value!r} {problem}"
+    assert served.requests == []
+
+
+def test_a_refused_setting_is_named_for_the_endpoints_page_address_too(tmp_path):
+    """As found: huggingface_hub, refusing ``HF_HUB_ETAG_TIMEOUT=abc`` as it was imported, left the endpoint's host
+    unknown, so a mirror's page address was "not a Hub address"."""
+    with serve_hub({"org/model": HubRepository({"main": clean_checkpoint(tmp_path / "ckpt")})}) as (endpoint, _):
+        env = {**client_environment(endpoint, tmp_path), "HF_HUB_ETAG_TIMEOUT": "abc"}
+        result = run_cli("check", f"{endpoint}/org/model", env=env)
+    assert one_line(result) == f"scalar-scales: error: HF_HUB_ETAG_TIMEOUT: 'abc' {NO_TIMEOUT}"
+
+
+def client_setting(tmp_path: Path, setting: str) -> tuple[str, str]:
+    """A value of ``setting`` that huggingface_hub's session, headers or token cannot use, and the start of the
+    problem its refusal names."""
+    settings = {
+        "HTTPS_PROXY": ("socks5://user:secret@127.0.0.1:1080", "huggingface_hub's HTTP client cannot use it"),
+        "HTTP_PROXY": ("bogus://x", "huggingface_hub's HTTP client cannot use it (ValueError: "),
+        "all_proxy": ("http://[::1", "huggingface_hub's HTTP client cannot use it ("),
+        "NO_PROXY": ("\x01", "huggingface_hub's HTTP client cannot use it ("),
+        "SSL_CERT_FILE": (str(tmp_path / "missing.pem"), "huggingface_hub's HTTP client cannot use it ("),
+        "HF_TOKEN": ("hf_t\u00f6ken", "it cannot be sent in an HTTP header (authorization)"),
+        "HF_HUB_USER_AGENT_ORIGIN": ("a\nb", "it cannot be sent in an HTTP header (user-agent)"),
+        "HF_OIDC_RESOURCE": ("org/model", "huggingface_hub cannot get a token for it (OIDCError: "),
+        "HF_HOME": (str(tmp_path / "ckpt" / "config.json"), "huggingface_hub cannot read its saved login, "),
+    }
+    return settings[setting]
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "HTTPS_PROXY",
+        "HTTP_PROXY",
+        "all_proxy",
+        "NO_PROXY",
+        "SSL_CERT_FILE",
+        "HF_TOKEN",
+        "HF_HUB_USER_AGENT_ORIGIN",
+        "HF_OIDC_RESOURCE",
+        "HF_HOME",
+    ],
+)
+def test_a_setting_huggingface_hubs_session_cannot_use_is_one_line_naming_it(tmp_path, setting):
+    """As found: ``get_session()`` raised ImportError (a SOCKS proxy without socksio), ValueError (a proxy scheme
+    httpx does not know) or InvalidURL (a proxy's port, a control character in NO_PROXY) with a traceback, exit 1;
+    a missing SSL_CERT_FILE was "error: No such file or directory"; a token or user agent that is no header value
+    was an "unexpected reply" of the server's; HF_OIDC_RESOURCE with no id token was a traceback. A proxy's value
+    is never shown: it may hold a password."""
+    if setting == "HTTPS_PROXY" and importlib.util.find_spec("socksio") is not None:
+        pytest.skip("socksio is installed here, so httpx can use a SOCKS proxy")
+    from huggingface_hub import errors
+
+    if setting == "HF_OIDC_RESOURCE" and not hasattr(errors, "OIDCError"):
+        pytest.skip("this huggingface_hub has no OIDC login, so it does not read HF_OIDC_RESOURCE")
+    value, problem = client_setting(tmp_path, setting)
+    repository = HubRepository({"main": clean_checkpoint(tmp_path / "ckpt")})
+    # GITHUB_ACTIONS: in a GitHub Actions job, huggingface_hub would ask the runner for an OIDC id token.
+    environment = {setting: value, "GITHUB_ACTIONS": None, "HF_OIDC_ID_TOKEN": None}
+    result, served = hub_check(tmp_path, repository, **environment)
+    if setting == "NO_PROXY" and result.returncode == 0:
+        pytest.skip("this huggingface_hub's HTTP client (httpx2) takes a control character in NO_PROXY")
+    line = one_line(result)
+    assert line.startswith(f"scalar-scales: error: {setting}: {problem}"), line
+    assert "secret" not in result.stderr
+    assert not any(path.startswith("/api/models/") for path, _ in served.requests)
+
+
+@pytest.mark.parametrize("output_format", ["text", "json", "github", "sarif"])
+def test_a_refused_setting_is_exit_2_with_exit_zero_in_every_output_format(tmp_path, output_format):
+    """Exit 1 means error findings, and --exit-zero turns findings' exit codes to 0: a refusal is neither."""
+    repository = HubRepository({"main": clean_checkpoint(tmp_path / "ckpt")})
+    args = ("--exit-zero", "--output-format", output_format)
+    result, _ = hub_check(tmp_path, repository, *args, HF_ENDPOINT="http://127.0.0.1:99999")
+    assert one_line(result).startswith("scalar-scales: error: HF_ENDPOINT: ")
+    assert result.stdout == ""
 
 
 # One commit, and no byte twice.

@@ -7,6 +7,7 @@ import fcntl
 import json
 import os
 import select
+import shutil
 import socket
 import struct
 import subprocess
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from scalar_scales.errors import CheckpointError
 from scalar_scales.sources.hub_address import is_hub_address, parse_hub_address
 from scalar_scales_testkit.broken import clean_checkpoint
 from scalar_scales_testkit.cli import (
@@ -70,6 +72,50 @@ def test_a_hub_page_address_names_its_repository_and_revision(address, repo_id, 
     assert is_hub_address(address)
     parsed = parse_hub_address(address)
     assert (parsed.repo_id, parsed.revision) == (repo_id, revision)
+
+
+DOT_DOT = "the revision '..' can name no branch, tag or commit: it has a '.' or '..' segment"
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "hf://org/model@..",
+        "https://huggingface.co/org/model/tree/..",
+        "https://huggingface.co/org/model/tree/%2E%2E",
+    ],
+)
+def test_a_dot_dot_revision_is_refused_not_read_as_the_default_branch(tmp_path, address):
+    """As found: the HTTP client removed the dot segment from ``/api/models/org/model/revision/..``, so the default
+    branch was checked and reported as ``@..``. Nothing is requested now."""
+    with serve_hub({"org/model": HubRepository({"main": clean_checkpoint(tmp_path / "ckpt")})}) as (endpoint, served):
+        result = run_cli("check", address, env=client_environment(endpoint, tmp_path))
+    assert one_line(result) == f"scalar-scales: error: {address}: {DOT_DOT}"
+    assert served.requests == []
+
+
+@pytest.mark.parametrize(
+    ("address", "problem"),
+    [
+        ("hf://org/model@.", "it has a '.' or '..' segment"),
+        ("hf://org/model@main/..", "it has a '.' or '..' segment"),
+        ("hf://org/model@../../../refs/main", "it has a '.' or '..' segment"),
+        ("https://huggingface.co/org/model/tree/main/%2E", "it has a '.' or '..' segment"),
+        ("hf://org/model@main/", "it has an empty segment"),
+        ("hf://org/model@refs//pr/1", "it has an empty segment"),
+        ("hf://org/model@ma\x00in", "it holds a control character"),
+        ("https://huggingface.co/org/model/tree/ma%7Fin", "it holds a control character"),
+        ("hf://org/model@..\\..\\refs\\main", "it holds a backslash"),
+    ],
+)
+def test_a_revision_no_branch_tag_or_commit_can_be_named_is_refused(address, problem):
+    """Git's rules for ref names, where what they forbid would change what is read: a dot segment (removed from
+    the address, or a ``refs/`` file outside the repository's offline), an empty one, a control character (a NUL
+    ends a path), a backslash (a separator of Windows paths)."""
+    with pytest.raises(CheckpointError) as refused:
+        parse_hub_address(address)
+    assert refused.value.path == address
+    assert f"can name no branch, tag or commit: {problem}" in refused.value.problem
 
 
 def test_an_address_of_another_host_is_refused_in_one_line_naming_it(tmp_path):
@@ -137,7 +183,7 @@ def cache_snapshot(cache: Path, repo_id: str, folder: Path, revision: str = "mai
     and the revision's ref; return the commit."""
     commit = commit_of(folder)
     repo = cache / f"models--{repo_id.replace('/', '--')}"
-    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / revision).parent.mkdir(parents=True, exist_ok=True)
     (repo / "refs" / revision).write_text(commit)
     (repo / "blobs").mkdir(exist_ok=True)
     (repo / "snapshots" / commit).mkdir(parents=True)
@@ -161,9 +207,13 @@ def test_offline_the_cached_snapshot_is_checked_as_the_local_folder_is(tmp_path)
     assert findings(offline) == findings(local) != []
 
 
-def test_offline_the_check_knows_the_commit_the_cache_names(tmp_path):
-    commit = cache_snapshot(tmp_path / "cache", "org/model", clean_checkpoint(tmp_path / "ckpt"), revision="v1.0")
-    script = "from scalar_scales.sources import open_checkpoint; print(open_checkpoint('hf://org/model@v1.0').commit)"
+@pytest.mark.parametrize("revision", ["v1.0", "refs/pr/1"])
+def test_offline_the_check_knows_the_commit_the_cache_names(tmp_path, revision):
+    """A pull request's ref lies in a folder of ``refs/`` (``refs/refs/pr/1``), as ``hf download`` writes it."""
+    commit = cache_snapshot(tmp_path / "cache", "org/model", clean_checkpoint(tmp_path / "ckpt"), revision=revision)
+    script = (
+        f"from scalar_scales.sources import open_checkpoint; print(open_checkpoint('hf://org/model@{revision}').commit)"
+    )
     env = {**os.environ, **offline_environment(tmp_path)}
     result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert result.stdout.strip() == commit, result.stderr
@@ -184,6 +234,79 @@ def test_offline_without_a_cached_snapshot_is_one_line_saying_how_to_go_online(t
     assert line.endswith(
         "unset HF_HUB_OFFLINE to check it over the network, or download it first (hf download org/model)"
     )
+
+
+def repository_in(cache: Path) -> Path:
+    return cache / "models--org--model"
+
+
+def ref_out_of_the_cache(cache: Path, commit: str) -> None:
+    """As found: ``refs/main`` names a folder outside the cache, which holds a checkpoint of its own."""
+    make_checkpoint(cache.parent.parent / "outside")
+    (repository_in(cache) / "refs" / "main").write_text("../../../../outside")
+
+
+def ref_of_no_commit(cache: Path, commit: str) -> None:
+    (repository_in(cache) / "refs" / "main").write_text(commit[:7])
+
+
+def ref_to_a_device(cache: Path, commit: str) -> None:
+    """huggingface_hub reads a ref whole: ``/dev/zero`` was a MemoryError."""
+    ref = repository_in(cache) / "refs" / "main"
+    ref.unlink()
+    ref.symlink_to("/dev/zero")
+
+
+def snapshot_out_of_the_cache(cache: Path, commit: str) -> None:
+    snapshot = repository_in(cache) / "snapshots" / commit
+    shutil.rmtree(snapshot)
+    snapshot.symlink_to(make_checkpoint(cache.parent / "elsewhere"), target_is_directory=True)
+
+
+def shard_out_of_the_cache(cache: Path, commit: str) -> None:
+    elsewhere = make_checkpoint(cache.parent / "elsewhere")
+    shard = repository_in(cache) / "snapshots" / commit / "model-00001-of-00003.safetensors"
+    shard.unlink()
+    shard.symlink_to(elsewhere / shard.name)
+
+
+def snapshot_that_is_a_file(cache: Path, commit: str) -> None:
+    snapshot = repository_in(cache) / "snapshots" / commit
+    shutil.rmtree(snapshot)
+    snapshot.write_bytes(b"")
+
+
+@pytest.mark.parametrize(
+    ("tamper", "problem"),
+    [
+        (ref_out_of_the_cache, "refs/main, in huggingface_hub's cache, holds '../../../../outside', not a commit"),
+        (ref_of_no_commit, "refs/main, in huggingface_hub's cache, holds '"),
+        (ref_to_a_device, "huggingface_hub's cache names the revision in "),
+        (snapshot_out_of_the_cache, "elsewhere, out of the repository's "),
+        (shard_out_of_the_cache, "the cached snapshot's model-00001-of-00003.safetensors is a link to "),
+        (snapshot_that_is_a_file, " is not a folder"),
+    ],
+)
+def test_offline_a_snapshot_that_is_not_the_repositorys_own_is_refused_in_one_line(tmp_path, tamper, problem):
+    """As found: a ``refs/main`` of ``../../../../outside`` had a folder outside the cache checked, exit 0,
+    reported as ``hf://org/model`` with a null commit; a snapshot, or a shard of it, that links out of the cache was
+    checked as the commit's. What the cache names is checked before it is followed."""
+    cache = tmp_path / "home" / "cache"
+    commit = cache_snapshot(cache, "org/model", make_checkpoint(tmp_path / "ckpt"))
+    tamper(cache, commit)
+    result = run_cli(
+        "check", "hf://org/model", "--json", env={**offline_environment(tmp_path), "HF_HUB_CACHE": str(cache)}
+    )
+    line = one_line(result)
+    assert line.startswith("scalar-scales: error: hf://org/model: ") and problem in line, line
+    assert result.stdout == ""
+
+
+def test_offline_a_cache_setting_that_names_a_file_is_refused_naming_it(tmp_path):
+    """As found: ``HF_HUB_CACHE`` naming a file was "holds no snapshot of it", as if the cache were empty."""
+    cache = make_checkpoint(tmp_path / "ckpt") / "config.json"
+    result = run_cli("check", "hf://org/model", env={**offline_environment(tmp_path), "HF_HUB_CACHE": str(cache)})
+    assert one_line(result) == f"scalar-scales: error: HF_HUB_CACHE: huggingface_hub's cache, {cache}, is not a folder"
 
 
 # Retries: what fails for a moment is tried again, within the request's deadline; nothing else is.
