@@ -115,10 +115,15 @@ OTHERS_SETTINGS: dict[str, str] = {
         ),
         "huggingface_hub's HTTP client",
     ),
+    **dict.fromkeys(
+        ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_OBJECT_DIRECTORY"),
+        "git",
+    ),
 }
-"""The variables other packages own that ``check hf://`` reads too, each with its owner: to refuse, in one line
-naming it, a value its owner would fail on with a traceback, or take for what it cannot be
-(``sources.hub``, ``sources.hub_client``). They are never read for their meaning here: their owner reads them."""
+"""The variables other programs own that scalar-scales reads too, each with its owner: ``check hf://``, to
+refuse in one line naming it a value huggingface_hub would fail on with a traceback, or take for what it cannot
+be (``sources.hub``, ``sources.hub_client``); ``check --staged``, to make git's paths absolute before it runs git
+in another folder (``sources.staged``). Their owner reads them for their meaning."""
 
 
 def others_setting(name: str) -> str | None:

@@ -76,7 +76,10 @@ class MigrationReport:
     edits: list[HeaderEdit] = field(default_factory=list)
     rewritten: list[Path] = field(default_factory=list)
     format_version_before: int | None = None
+    """The marker as config.json states it before: None where it has no ``format_version`` (legacy, which
+    compressed-tensors reads as 1) or no NVFP4 config; ``check --json`` says the same."""
     format_version_after: int | None = None
+    """The marker as config.json states it after: ``--to legacy`` removes a 2."""
     marker: MarkerEdit | None = None
     """config.json's planned marker edit; None where the marker stays as it is (or there is no config)."""
     producer: Producer | None = None
@@ -174,18 +177,22 @@ def _plan(
     declared = scan.declared
     if declared is not None and declared.producer == MODELOPT:
         return _modelopt_plan(checkpoint, scan, to, include, dry_run)
+    only = "migrate changes NVFP4 global scales only, unless --include GLOB names other per-tensor scales"
     if declared is not None and not declared.is_nvfp4 and not include:
+        found = scan.quantization_format
+        stated = f"quantization format is {found!r}" if found is not None else "declares no quantization format"
+        raise CheckpointError(checkpoint.config or checkpoint.root, f"{stated}, not {NVFP4_FORMAT}; {only}")
+    if declared is None and not scan.scale_count and not include:
         raise CheckpointError(
-            checkpoint.config or checkpoint.root,
-            f"quantization format is {scan.quantization_format!r}, not {NVFP4_FORMAT}; migrate changes NVFP4 "
-            "global scales only, unless --include GLOB names other per-tensor scales",
+            checkpoint.root, f"holds no NVFP4 global scale (*_global_scale) and no config declares a format; {only}"
         )
     producer = None if declared is None else declared.producer
     report = MigrationReport(checkpoint, to, dry_run, scan.scale_count, _header_edits(scan, to), producer=producer)
     report.consumers = changes(scan, to)
     if scan.config is not None and declared is not None and declared.is_nvfp4:
-        report.format_version_before = scan.declared_format_version
-        report.format_version_after = SCALAR_FORMAT_VERSION if to == "scalar" else LEGACY_FORMAT_VERSION
+        report.format_version_before = stated = declared.stated_format_version
+        legacy = declared.format_version == LEGACY_FORMAT_VERSION  # the key absent, or 1
+        report.format_version_after = SCALAR_FORMAT_VERSION if to == "scalar" else stated if legacy else None
         if report.config_changed:
             assert checkpoint.config is not None
             version = SCALAR_FORMAT_VERSION if to == "scalar" else None

@@ -53,9 +53,10 @@ def scales_layout(scan: CheckpointScan) -> Layout | None:
 def observations_of(scan: CheckpointScan) -> list[Observation]:
     """The observations that hold for a compressed-tensors checkpoint: those of any model class or of one its
     config names, about modules all of which have global scales in it (the last part of each module's name);
-    none for another producer's checkpoint, which the round trip did not serve."""
+    none for another producer's checkpoint, or one of another format (``migrate --include`` on FP8 scales), which
+    the round trip did not serve."""
     declared = scan.declared
-    if declared is None or declared.producer != COMPRESSED_TENSORS or scan.layout is None:
+    if declared is None or declared.producer != COMPRESSED_TENSORS or not declared.is_nvfp4 or scan.layout is None:
         return []
     architectures = _architectures(scan)
     loaded = {family: resolve(architectures, _observed_classes(family)) for family, resolve in RESOLVED_BY.items()}

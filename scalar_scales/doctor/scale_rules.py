@@ -201,7 +201,7 @@ def _declares_scalar(checkpoint: CheckpointView) -> bool:
     "invalid-scale-value",
     "error",
     "nan-output",
-    summary="a global scale that is zero, negative, NaN or Inf",
+    summary="a per-tensor scale that is zero, negative, NaN or Inf",
     elsewhere={MODELOPT: "wrong-output"},
     examples=(
         Example(

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, NamedTuple
 
+from scalar_scales.environment import others_setting
 from scalar_scales.errors import CheckpointError
 from scalar_scales.files.header import LFS_POINTER_START, header_length_of, parse_header
 from scalar_scales.files.json_document import MAX_JSON_BYTES, json_object
@@ -94,11 +95,12 @@ class _Git:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self.environment = dict(os.environ)
-        for name in _PATHS_FROM_CWD:  # a hook's git may set them relative to the folder it runs the hook in
-            value = self.environment.get(name)
-            if value and not os.path.isabs(value):
-                self.environment[name] = os.path.abspath(value)
+        made_absolute = {  # a hook's git may set them relative to the folder it runs the hook in
+            name: os.path.abspath(value)
+            for name in _PATHS_FROM_CWD
+            if (value := others_setting(name)) and not os.path.isabs(value)
+        }
+        self.environment = {**os.environ, **made_absolute} if made_absolute else None
 
     def command(self, *args: str) -> list[str]:
         return ["git", "--no-optional-locks", "-C", os.fspath(self.folder), *args]

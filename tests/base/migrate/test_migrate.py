@@ -88,7 +88,7 @@ def test_dry_run_reports_and_changes_nothing(checkpoint):
     before = snapshot(checkpoint)
     result = run_cli_in_process("migrate", checkpoint, "--dry-run")
     assert result.returncode == 0
-    assert "would change 48 of 48 scales to 0-D in 3 of 3 shards; config.json format_version 1 -> 2" in result.stdout
+    assert "would change 48 of 48 scales to 0-D in 3 of 3 shards; config.json format_version absent -> 2" in result.stdout
     assert snapshot(checkpoint) == before
 
 
@@ -96,7 +96,7 @@ def test_json_output_describes_the_migration(checkpoint):
     result = run_cli_in_process("migrate", checkpoint, "--json")
     report = json.loads(result.stdout)
     assert report["scales_changed"] == report["scales_total"] == 48
-    assert (report["format_version_before"], report["format_version_after"]) == (1, 2)
+    assert (report["format_version_before"], report["format_version_after"]) == (None, 2)
     assert result.stderr == ""
 
 
@@ -153,6 +153,7 @@ def test_include_names_other_per_tensor_scales(checkpoint):
     config = (checkpoint / "config.json").read_bytes()
     result = run_cli_in_process("migrate", checkpoint, "--include", "*.input_scale_pt")
     assert result.returncode == 0, result.stderr
+    assert "for each consumer" not in result.stdout, "the round trip observed NVFP4 checkpoints only"
     shapes = {
         name: shape
         for header in read_headers(checkpoint)
@@ -266,3 +267,13 @@ def test_a_shard_changed_by_someone_else_during_a_migration_is_not_edited(tmp_pa
     with pytest.raises(StoppedAfterWriting, match="changed since this run read it; not edited"):
         migrate_checkpoint(checkpoint, progress=someone_else_writes)
     assert "format_version" not in json.loads((checkpoint / "config.json").read_text())["quantization_config"]
+
+
+def test_a_lone_file_without_global_scales_is_refused_as_another_format(tmp_path):
+    """docs/migrate.md: a lone file without a config counts as NVFP4 if it holds global scales. A BF16 file used
+    to be reported as "nothing to change: all 0 scales are already 0-D", exit 0."""
+    header = json.dumps({"model.embed_tokens.weight": {"dtype": "BF16", "shape": [2, 2], "data_offsets": [0, 8]}})
+    raw = header.encode() + b" " * (-len(header) % 8)
+    lone = tmp_path / "model.safetensors"
+    lone.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(8))
+    assert_migrate_refuses(lone, tmp_path, "holds no NVFP4 global scale", "--include GLOB")

@@ -279,7 +279,7 @@ def test_a_report_that_cannot_be_written_does_not_change_a_finished_migration_s_
     (line,) = result.stderr.splitlines()
     assert line == (
         f"scalar-scales: {checkpoint}: changed 48 of 48 scales to 0-D in 3 of 3 shards in place (header only); "
-        "config.json format_version 1 -> 2; the report could not be written to standard output: No space left on "
+        "config.json format_version absent -> 2; the report could not be written to standard output: No space left on "
         "device"
     )
     assert run_cli_in_process("check", checkpoint, "--quiet").returncode == 0
