@@ -190,9 +190,9 @@ def _plan(
     report = MigrationReport(checkpoint, to, dry_run, scan.scale_count, _header_edits(scan, to), producer=producer)
     report.consumers = changes(scan, to)
     if scan.config is not None and declared is not None and declared.is_nvfp4:
-        report.format_version_before = stated = declared.stated_format_version
+        report.format_version_before = marker_now = declared.stated_format_version
         legacy = declared.format_version == LEGACY_FORMAT_VERSION  # the key absent, or 1
-        report.format_version_after = SCALAR_FORMAT_VERSION if to == "scalar" else stated if legacy else None
+        report.format_version_after = SCALAR_FORMAT_VERSION if to == "scalar" else marker_now if legacy else None
         if report.config_changed:
             assert checkpoint.config is not None
             version = SCALAR_FORMAT_VERSION if to == "scalar" else None

@@ -41,8 +41,8 @@ __all__ = [
     "NVFP4_FORMAT",
     "SCALAR_FORMAT_VERSION",
     "SCALE_NUMERATOR",
-    "ProducerLayout",
     "Producer",
+    "ProducerLayout",
     "is_global_scale",
 ]
 

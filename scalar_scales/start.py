@@ -10,6 +10,7 @@ signal ends it as the interpreter ends, having done nothing.)"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -30,10 +31,8 @@ def run() -> NoReturn:
         _interrupted_while_starting(signal.SIGINT, None)
     finish_whatever_comes()
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):  # a reader that went away
             stream.flush()
-        except (OSError, ValueError):  # a reader that went away
-            pass
     os._exit(code)  # the interpreter's finalization puts back the signals' defaults: a late one would kill it
 
 

@@ -20,10 +20,10 @@ from scalar_scales.system.lock import FolderLocked, folder_lock
 __all__ = [
     "FolderLocked",
     "copy_range",
+    "extended_attributes",
     "folder_lock",
     "no_follow",
     "sync_folder",
-    "extended_attributes",
     "take_metadata",
     "unkeepable",
     "write_at",

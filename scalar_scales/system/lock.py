@@ -20,7 +20,7 @@ import errno
 import os
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from scalar_scales.system.fileops import no_follow, removal_forbidden
@@ -115,7 +115,5 @@ def _still_named(fd: int, path: Path) -> bool:
 
 def _remove(path: Path) -> None:
     """Remove the lock file; on Windows a run that opened it meanwhile keeps it, and removes it itself."""
-    try:
+    with suppress(FileNotFoundError, PermissionError):
         os.unlink(path)
-    except (FileNotFoundError, PermissionError):
-        pass

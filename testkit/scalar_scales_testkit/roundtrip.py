@@ -9,6 +9,7 @@ messages), so the generated file changes only when behaviour does.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -157,10 +158,8 @@ def error_line(error: BaseException) -> str:
 def installed_versions() -> dict[str, str]:
     found = {}
     for name in _VERSIONED:
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
     return found
 
 

@@ -152,13 +152,13 @@ def build_moe_layer(artifact: Path, prefix: str, vllm_config: Any = None) -> tor
 
     config = json.loads((artifact / "config.json").read_text())
     quant_config = _quant_config(artifact, config)
-    common = dict(
-        num_experts=config.get("num_experts") or config["num_local_experts"],
-        top_k=config.get("num_experts_per_tok", 2),
-        hidden_size=config["hidden_size"],
-        intermediate_size=config.get("moe_intermediate_size") or config["intermediate_size"],
-        quant_config=quant_config,
-    )
+    common = {
+        "num_experts": config.get("num_experts") or config["num_local_experts"],
+        "top_k": config.get("num_experts_per_tok", 2),
+        "hidden_size": config["hidden_size"],
+        "intermediate_size": config.get("moe_intermediate_size") or config["intermediate_size"],
+        "quant_config": quant_config,
+    }
     with set_current_vllm_config(vllm_config or VllmConfig()), MOE_PATCHES.applied(), _modelopt_backend_chosen():
         if is_routed_experts():
             from vllm.model_executor.layers.fused_moe.layer import FusedMoEFactory

@@ -434,7 +434,7 @@ def checkpoint_moments(checkpoint: Path, *, edits: bool) -> list[tuple[str, int]
         moments += [("writing config.json", 0)]
     else:
         moments += [("config.json's temporary file", 0), ("config.json replaced", 0)]
-    return moments + [("summary printed", 0)]
+    return [*moments, ("summary printed", 0)]
 
 
 def interrupted_at_moments(checkpoint: Path, name: str, runs: int, *, edits: bool) -> list[tuple[int, str, str, bool]]:
@@ -487,12 +487,14 @@ def interrupted_at(checkpoint: Path, number: int, moment: str, which: int) -> tu
             process.send_signal(number)
         return process, ""
     if moment == "writing config.json":
-        with shard_writes_held(checkpoint, lambda: migrate_process(checkpoint)) as (process, leases):
-            with Lease(config, "write") as marker:
-                for lease in leases:
-                    lease.release()
-                until(marker.waited_on, process)
-                process.send_signal(number)
+        with (
+            shard_writes_held(checkpoint, lambda: migrate_process(checkpoint)) as (process, leases),
+            Lease(config, "write") as marker,
+        ):
+            for lease in leases:
+                lease.release()
+            until(marker.waited_on, process)
+            process.send_signal(number)
         return process, ""
     identity = config.stat().st_ino
     process = migrate_process(checkpoint)

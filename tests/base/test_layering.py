@@ -74,7 +74,7 @@ def layer_of(module: str) -> int:
         (len(prefix), index)
         for index, layer in enumerate(BASE_LAYERS)
         for prefix in layer
-        if module == prefix or module.startswith(prefix + ".") and prefix != "scalar_scales"
+        if module == prefix or (module.startswith(prefix + ".") and prefix != "scalar_scales")
     ]
     assert best, f"{module} is in no layer of BASE_LAYERS"
     return max(best)[1]
@@ -101,7 +101,7 @@ def test_no_product_module_is_part_of_an_import_cycle():
     def visit(module: str, path: list[str]) -> None:
         for target in sorted(graph[module]):
             if target in path:
-                cycles.append(path[path.index(target) :] + [target])
+                cycles.append([*path[path.index(target) :], target])
             elif target not in done:
                 visit(target, [*path, target])
         done.add(module)

@@ -25,9 +25,9 @@ import pytest
 
 pytest.importorskip("vllm", reason="engine tests run in the serving environment")
 
-from scalar_scales_testkit import vllm_layers  # noqa: E402
-from scalar_scales_testkit.engine import engine_environment  # noqa: E402
-from scalar_scales_testkit.roundtrip import artifacts_root, prompt_ids  # noqa: E402
+from scalar_scales_testkit import vllm_layers
+from scalar_scales_testkit.engine import engine_environment
+from scalar_scales_testkit.roundtrip import artifacts_root, prompt_ids
 
 vllm_layers.select_cpu_platform()
 

@@ -16,11 +16,11 @@ import pytest
 
 pytest.importorskip("llmcompressor", reason="the GPU check needs llm-compressor (see scripts/gpu_check.sh)")
 
-import torch  # noqa: E402
+import torch
 
-from compressed_tensors_patch import toy_moe  # noqa: E402
-from scalar_scales_testkit.producer import quantize_to  # noqa: E402
-from scalar_scales_testkit.roundtrip import installed_versions  # noqa: E402
+from compressed_tensors_patch import toy_moe
+from scalar_scales_testkit.producer import quantize_to
+from scalar_scales_testkit.roundtrip import installed_versions
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

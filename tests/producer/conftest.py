@@ -22,9 +22,9 @@ import pytest
 
 pytest.importorskip("llmcompressor", reason="producer tests run in the producer environments")
 
-import compressed_tensors_patch  # noqa: E402
-from compressed_tensors_patch import toy_moe  # noqa: E402
-from scalar_scales_testkit.producer import RUN_SAVE_PATH, RunArtifacts, quantize_to, run_artifacts  # noqa: E402
+import compressed_tensors_patch
+from compressed_tensors_patch import toy_moe
+from scalar_scales_testkit.producer import RUN_SAVE_PATH, RunArtifacts, quantize_to, run_artifacts
 
 Quantize = Callable[..., Path]
 

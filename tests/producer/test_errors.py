@@ -17,9 +17,8 @@ def test_global_scale_with_two_elements_fails_the_save_naming_the_tensor(bf16_di
     model = load_bf16(bf16_dir)
     oneshot(model=model, **toy_moe.oneshot_kwargs("NVFP4A16"))
     model.model.layers[0].self_attn.q_proj.weight_global_scale = torch.nn.Parameter(torch.ones(2), requires_grad=False)
-    with compressed_tensors_patch.applied():
-        with pytest.raises(compressed_tensors_patch.GlobalScaleShapeError) as error:
-            model.save_pretrained(tmp_path, save_compressed=True)
+    with compressed_tensors_patch.applied(), pytest.raises(compressed_tensors_patch.GlobalScaleShapeError) as error:
+        model.save_pretrained(tmp_path, save_compressed=True)
     assert str(error.value) == (
         f"{BAD} has shape (2,) (2 elements); a per-tensor global scale must hold exactly one value"
     )

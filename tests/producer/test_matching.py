@@ -30,13 +30,15 @@ def quantizable_modules(architecture: str) -> list[tuple[str, torch.nn.Module]]:
     them for calibration, one ``Linear`` per projection."""
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(ARCHITECTURES[architecture]())
-    found = []
+    found: list[tuple[str, torch.nn.Module]] = []
     for name, module in model.named_modules():
         fused = module._parameters.get("gate_up_proj")
         if fused is not None and fused.dim() == 3:
-            for expert in range(fused.shape[0]):
-                for projection in ("gate_proj", "up_proj", "down_proj"):
-                    found.append((f"{name}.{expert}.{projection}", torch.nn.Linear(1, 1, device="meta")))
+            found += [
+                (f"{name}.{expert}.{projection}", torch.nn.Linear(1, 1, device="meta"))
+                for expert in range(fused.shape[0])
+                for projection in ("gate_proj", "up_proj", "down_proj")
+            ]
         elif module._parameters.get("weight") is not None:
             found.append((name, module))
     return found

@@ -201,7 +201,7 @@ def test_a_second_use_of_the_action_in_a_job_gets_a_venv_of_its_own(runner, page
 
 
 def test_a_broken_checkpoint_fails_the_step_with_error_annotations(runner):
-    checkpoint, tensor = broken_checkpoint(runner["workspace"] / "broken")
+    _, tensor = broken_checkpoint(runner["workspace"] / "broken")
     result = check(runner, path="broken")
     assert result.returncode == 1, result.stderr
     annotations = [line for line in result.stdout.splitlines() if line.startswith("::error file=")]

@@ -13,17 +13,17 @@ import pytest
 
 pytest.importorskip("llmcompressor", reason="the transformers consumer runs in the producer environments")
 
-import compressed_tensors  # noqa: E402
-import torch  # noqa: E402
-import transformers  # noqa: E402
+import compressed_tensors
+import torch
+import transformers
 
-from scalar_scales_testkit.producer import (  # noqa: E402
+from scalar_scales_testkit.producer import (
     cosine,
     differing,
     load_and_run,
     max_relative_difference,
 )
-from scalar_scales_testkit.roundtrip import (  # noqa: E402
+from scalar_scales_testkit.roundtrip import (
     MIN_COSINE,
     Artifact,
     Result,

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("vllm", reason="the vLLM consumer runs in the serving and legacy-vllm environments")
 
-from scalar_scales_testkit import vllm_layers  # noqa: E402
+from scalar_scales_testkit import vllm_layers
 
 vllm_layers.select_cpu_platform()
 

@@ -31,10 +31,10 @@ import pytest
 
 pytest.importorskip("sglang.srt", reason="SGLang tests run in the sglang environment")
 
-from scalar_scales_testkit.roundtrip import Artifact, Result, artifacts_root, installed_versions  # noqa: E402
-from scalar_scales_testkit.sglang_cpu import MLA_A_PROJECTIONS, MODELS  # noqa: E402
-from scalar_scales_testkit.vllm_layers import free_port  # noqa: E402
-from scalar_scales_testkit.worker import Worker, Workers  # noqa: E402
+from scalar_scales_testkit.roundtrip import Artifact, Result, artifacts_root, installed_versions
+from scalar_scales_testkit.sglang_cpu import MLA_A_PROJECTIONS, MODELS
+from scalar_scales_testkit.vllm_layers import free_port
+from scalar_scales_testkit.worker import Worker, Workers
 
 LOAD = Path(__file__).with_name("load_artifact.py")
 PRODUCER = "0.19.0"

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("llmcompressor", reason="runs in a producer environment")
 
-from compressed_tensors_patch.versions import native_support  # noqa: E402
+from compressed_tensors_patch.versions import native_support
 
 if native_support() is None:
     pytest.skip(

@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM tests run in the serving and legacy-vllm environments")
 
-from scalar_scales_testkit import vllm_layers  # noqa: E402
-from scalar_scales_testkit.roundtrip import first_artifact  # noqa: E402
+from scalar_scales_testkit import vllm_layers
+from scalar_scales_testkit.roundtrip import first_artifact
 
 vllm_layers.select_cpu_platform()
 

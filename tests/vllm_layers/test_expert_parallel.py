@@ -28,7 +28,7 @@ def run_ranks(model: Path, layer: str, plugin: bool, tmp_path: Path) -> list[dic
     """Start every rank, wait for all (a rank left alone would wait for its peer forever), read what each saw."""
     port = free_port()
     outs = [tmp_path / f"rank{rank}.json" for rank in range(WORLD)]
-    logs = [open(tmp_path / f"rank{rank}.log", "w") for rank in range(WORLD)]
+    logs = [open(tmp_path / f"rank{rank}.log", "w") for rank in range(WORLD)]  # noqa: SIM115  # closed once all exit
     arguments = [str(WORLD), str(port), str(model), layer, "1" if plugin else "0"]
     ranks = [
         subprocess.Popen([sys.executable, RANK, str(rank), *arguments, str(outs[rank])], stdout=log, stderr=log)

@@ -41,7 +41,7 @@ class EmulatedNvfp4LinearKernel:
 
     def input_quant_key(self) -> None:
         """The layer quantizes its own input (vLLM asks so that it does not fuse a quantizer in front)."""
-        return None
+        return
 
     def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
         """Dequantize each partition with its own per-tensor scale; keep each partition's activation global

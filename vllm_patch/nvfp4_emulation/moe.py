@@ -116,7 +116,8 @@ def _wrap_moe_process(process: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(process)
     def wrapper(self: Any, layer: torch.nn.Module) -> None:
         if not is_emulated(self):
-            return process(self, layer)
+            process(self, layer)
+            return
         emulated = getattr(self, _EMULATED)
         checkpoint = emulated.checkpoint
         w13, w2 = [], []

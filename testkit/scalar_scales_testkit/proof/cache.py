@@ -78,11 +78,11 @@ class Cache:
     def key(self, suite: Suite, venv: Path, work: Path) -> str:
         parts: list[object] = [suite.name, suite.run, environment_digest(venv)]
         scripts = [self.project / c[0] for c in suite.run if c and (self.project / c[0]).is_file()]
-        for path in [*scripts, *(self.project / p for p in suite.cache or ())]:
-            parts.append((path.relative_to(self.project).as_posix(), tree_digest(path) if path.exists() else None))
-        for read in suite.reads:
-            path = work / read
-            parts.append((read, tree_digest(path) if path.exists() else None))
+        parts += [
+            (path.relative_to(self.project).as_posix(), tree_digest(path) if path.exists() else None)
+            for path in [*scripts, *(self.project / p for p in suite.cache or ())]
+        ]
+        parts += [(read, tree_digest(work / read) if (work / read).exists() else None) for read in suite.reads]
         return hashlib.sha256(json.dumps(parts, sort_keys=True, default=list).encode()).hexdigest()[:32]
 
     def _entry(self, key: str) -> Path:

@@ -25,7 +25,7 @@ PYTHON = os.environ.get("PYTHON", "python3.11")
 NOISE = "is ignored: it is neither a file nor a directory"
 
 
-class EnvironmentError_(Exception):  # noqa: N801 - not the builtin's alias
+class EnvironmentError_(Exception):
     """An environment could not be built: the step and pip's own last lines."""
 
 

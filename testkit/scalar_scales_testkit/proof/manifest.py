@@ -51,11 +51,9 @@ class Comparison:
 def _table(path: Path, columns: int) -> list[list[str]]:
     if not path.is_file():
         return []
-    rows = []
-    for line in path.read_text().splitlines():
-        if line and not line.startswith("#"):
-            rows.append(line.split("\t", columns - 1))
-    return rows
+    return [
+        line.split("\t", columns - 1) for line in path.read_text().splitlines() if line and not line.startswith("#")
+    ]
 
 
 def read_outcomes(folder: Path) -> dict[tuple[str, str], str]:

@@ -17,10 +17,8 @@ END = "<!-- End of the test environments. -->"
 
 
 def environment_list(table: Table) -> str:
-    lines = ["| environment | what it holds |", "|---|---|"]
-    for environment in table.environments.values():
-        lines.append(f"| `{environment.name}` | {environment.summary} |")
-    return "\n".join(lines)
+    rows = [f"| `{environment.name}` | {environment.summary} |" for environment in table.environments.values()]
+    return "\n".join(["| environment | what it holds |", "|---|---|", *rows])
 
 
 def readme_block() -> str:

@@ -129,9 +129,8 @@ class Run:
             recorded = self.work / "manifest" / f"{suite.slug}.jsonl"
             if suite.is_pytest or recorded.is_file():
                 self.counts[suite.name] = _counts(recorded)
-            if suite.is_pytest:
-                if status == 5 and self.pytest_args:
-                    return "skipped", "nothing selected"
+            if suite.is_pytest and status == 5 and self.pytest_args:
+                return "skipped", "nothing selected"
             if status:
                 return "failed", f"exit {status}"
             if key is not None:

@@ -8,6 +8,7 @@ still running, and nothing is left behind.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -153,10 +154,8 @@ def _end(process: subprocess.Popen[bytes]) -> None:
     try:
         process.wait(timeout=10)
     except subprocess.TimeoutExpired:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def _slug(name: str) -> str:

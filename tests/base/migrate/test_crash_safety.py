@@ -95,12 +95,14 @@ def kill_at(checkpoint: Path, env: dict[str, str], moment: str, which: int) -> s
             process.send_signal(signal.SIGKILL)
     else:
         assert moment == "every shard edited", moment
-        with shard_writes_held(checkpoint, start) as (process, leases):
-            with Lease(checkpoint / "config.json", "write") as marker:  # read before the marker is written
-                for lease in leases:
-                    lease.release()
-                assert until(marker.waited_on, process), "the migration ended without reading config.json again"
-                process.send_signal(signal.SIGKILL)
+        with (
+            shard_writes_held(checkpoint, start) as (process, leases),
+            Lease(checkpoint / "config.json", "write") as marker,  # read before the marker is written
+        ):
+            for lease in leases:
+                lease.release()
+            assert until(marker.waited_on, process), "the migration ended without reading config.json again"
+            process.send_signal(signal.SIGKILL)
     process.send_signal(signal.SIGKILL)
     return process
 

@@ -88,7 +88,9 @@ def test_dry_run_reports_and_changes_nothing(checkpoint):
     before = snapshot(checkpoint)
     result = run_cli_in_process("migrate", checkpoint, "--dry-run")
     assert result.returncode == 0
-    assert "would change 48 of 48 scales to 0-D in 3 of 3 shards; config.json format_version absent -> 2" in result.stdout
+    assert (
+        "would change 48 of 48 scales to 0-D in 3 of 3 shards; config.json format_version absent -> 2" in result.stdout
+    )
     assert snapshot(checkpoint) == before
 
 
@@ -173,7 +175,7 @@ def test_hugging_face_cache_links_are_refused_by_default(tmp_path):
 def test_a_linked_config_json_is_refused_by_default_though_every_shard_is_a_file(tmp_path):
     """Writing config.json anew renames a file over its link: the snapshot would hold a file of its own, which only
     --materialize may make. It used to become a regular file, exit 0."""
-    snapshot_dir, blobs = hf_cache(tmp_path)
+    snapshot_dir, _ = hf_cache(tmp_path)
     for shard in shards(snapshot_dir):
         blob = shard.resolve()
         shard.unlink()
@@ -239,9 +241,8 @@ def test_an_os_error_while_the_lock_is_held_is_not_reported_as_a_lock_failure(ch
     from scalar_scales.migrate import checkpoint_lock
     from scalar_scales.sources import resolve_checkpoint
 
-    with pytest.raises(OSError) as raised:
-        with checkpoint_lock(resolve_checkpoint(checkpoint)):
-            raise OSError(errno.EIO, "Input/output error", str(checkpoint / "config.json"))
+    with pytest.raises(OSError) as raised, checkpoint_lock(resolve_checkpoint(checkpoint)):
+        raise OSError(errno.EIO, "Input/output error", str(checkpoint / "config.json"))
     assert raised.value.filename == str(checkpoint / "config.json") and "cannot lock" not in str(raised.value)
 
 

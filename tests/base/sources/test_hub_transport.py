@@ -16,6 +16,7 @@ import termios
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -417,10 +418,7 @@ def test_a_404_is_not_retried(tmp_path):
 def test_retry_after_is_read_as_seconds_or_a_date_and_capped(value, seconds):
     from scalar_scales.sources.hub_client import retry_after
 
-    class Reply:
-        headers = {"Retry-After": value}
-
-    assert retry_after(Reply()) == seconds
+    assert retry_after(SimpleNamespace(headers={"Retry-After": value})) == seconds
 
 
 # Few requests: one range per shard where the scales lead the data section.

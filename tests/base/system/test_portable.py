@@ -50,9 +50,8 @@ def test_the_lock_file_keeps_a_second_holder_out_and_is_gone_afterwards(tmp_path
             text=True,
         )
         assert "FolderLocked" in holder.stderr
-        with pytest.raises(FolderLocked):
-            with folder_lock(tmp_path):
-                pass
+        with pytest.raises(FolderLocked), folder_lock(tmp_path):
+            pass
     assert not (tmp_path / LOCK_FILE_NAME).exists()
 
 
@@ -69,9 +68,8 @@ def test_a_link_planted_as_the_lock_file_is_not_followed(tmp_path, portable):
     folder = tmp_path / "ckpt"
     folder.mkdir()
     (folder / LOCK_FILE_NAME).symlink_to(outside)
-    with pytest.raises(OSError):
-        with folder_lock(folder):
-            pass
+    with pytest.raises(OSError), folder_lock(folder):
+        pass
     assert outside.read_text() == "kept"
 
 
