@@ -28,7 +28,7 @@ import errno
 import os
 import re
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import BinaryIO
 
@@ -110,20 +110,21 @@ def _discard(tmp: Path, error: BaseException) -> None:
 
 def try_replacing_in(folder: Path) -> None:
     """Create a file in ``folder`` exclusively, rename it and remove it, as writing a file anew there does; a
-    :class:`CheckpointError` naming the folder and the step that failed, with no file left where it can be
-    removed."""
-    with os_errors_named(folder, "create a file in this folder"):
-        fd, first = create_exclusive(folder)
-        os.close(fd)
-    second = _temporary_name(folder)
+    :class:`CheckpointError` naming the folder and the step that failed. The two names are chosen before the
+    first is created, so that whatever stops the probe (a failed step, an interrupt between two of them), neither
+    is left where it can be removed: a run interrupted here has changed nothing."""
+    first, second = _temporary_name(folder), _temporary_name(folder)
     try:
+        with os_errors_named(folder, "create a file in this folder"):
+            os.close(os.open(first, _CREATE | no_follow(), 0o600))
         with os_errors_named(folder, "rename a file in this folder"):
             os.rename(first, second)
-    except CheckpointError as error:
-        _discard(first, error)
-        raise
-    with os_errors_named(folder, f"remove a file in this folder ({second.name} was left)"):
-        os.unlink(second)
+        with os_errors_named(folder, f"remove a file in this folder ({second.name} was left)"):
+            os.unlink(second)
+    finally:
+        for name in (first, second):
+            with suppress(OSError):
+                name.unlink(missing_ok=True)
 
 
 @contextmanager
