@@ -110,21 +110,32 @@ def _discard(tmp: Path, error: BaseException) -> None:
 
 def try_replacing_in(folder: Path) -> None:
     """Create a file in ``folder`` exclusively, rename it and remove it, as writing a file anew there does; a
-    :class:`CheckpointError` naming the folder and the step that failed. The two names are chosen before the
-    first is created, so that whatever stops the probe (a failed step, an interrupt between two of them), neither
-    is left where it can be removed: a run interrupted here has changed nothing."""
-    first, second = _temporary_name(folder), _temporary_name(folder)
+    :class:`CheckpointError` naming the folder and the step that failed. Each name is recorded before the call
+    that may make a file of it, so that whatever stops the probe (a failed step, an interrupt at any point, even
+    just after the file is made), the ``finally`` removes what the probe made: a run interrupted here has changed
+    nothing. A name taken already (``O_EXCL``: a link planted there, say) is passed over, never removed."""
+    made: list[Path] = []
     try:
         with os_errors_named(folder, "create a file in this folder"):
-            os.close(os.open(first, _CREATE | no_follow(), 0o600))
+            for _ in range(16):
+                made.append(_temporary_name(folder))
+                try:
+                    os.close(os.open(made[-1], _CREATE | no_follow(), 0o600))
+                    break
+                except FileExistsError:
+                    made.pop()
+            else:
+                raise FileExistsError(errno.EEXIST, "every temporary name tried is taken")
+        first, second = made[-1], _temporary_name(folder)
+        made.append(second)
         with os_errors_named(folder, "rename a file in this folder"):
             os.rename(first, second)
         with os_errors_named(folder, f"remove a file in this folder ({second.name} was left)"):
             os.unlink(second)
     finally:
-        for name in (first, second):
+        for name in made:
             with suppress(OSError):
-                name.unlink(missing_ok=True)
+                os.unlink(name)
 
 
 @contextmanager
