@@ -37,23 +37,28 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
 from scalar_scales.doctor import (
-    FORMATS_TAKING,
-    OUTPUT_FORMATS,
     RULES,
     SHOWN_PER_RULE,
     CheckReport,
-    OutputFormat,
     diagnose,
     reference_document,
-    render,
     rule_reference,
     selected_codes,
 )
-from scalar_scales.doctor.report.text import WIDTH
+from scalar_scales.doctor.report import (
+    DEFAULT_FORMAT,
+    FORMATS,
+    FORMATS_TAKING,
+    OUTPUT_FORMATS,
+    PRINTING_OPTIONS,
+    WIDTH,
+    Context,
+    formats_help,
+)
 from scalar_scales.environment import SwitchValueError, read_command_line_switches
 from scalar_scales.errors import CheckpointError, Interrupted, StoppedAfterWriting, escaped
 from scalar_scales.nvfp4 import MODELOPT
@@ -125,25 +130,26 @@ def _build_parser() -> _Parser:
         "--select", action="append", default=[], metavar="CODE", help="only these rules (codes or prefixes: NV1, NV301)"
     )
     check.add_argument("--ignore", action="append", default=[], metavar="CODE", help="not these rules")
-    check.add_argument(
-        "--output-format",
-        choices=OUTPUT_FORMATS,
-        default=None,
-        help="text (default), json (a versioned document), github (GitHub Actions annotations) or sarif (SARIF "
-        "2.1.0, for code scanning)",
-    )
+    check.add_argument("--output-format", choices=OUTPUT_FORMATS, default=None, help=formats_help())
     check.add_argument("--json", action="store_true", help="the same as --output-format json")
     check.add_argument(
         "--exit-zero", action="store_true", help="exit 0 even when errors are found (2 still means refused)"
     )
     check.add_argument("--strict", action="store_true", help="also exit 1 on warnings")
     check.add_argument(
-        "--list", action="store_true", help="also list every per-tensor scale with its shape and value (text, json)"
+        "--list",
+        action="store_true",
+        help=f"also list every per-tensor scale with its shape and value ({', '.join(FORMATS_TAKING['--list'])})",
     )
     check.add_argument(
         "--show-all", action="store_true", help=f"every finding, not the first {SHOWN_PER_RULE} of each rule"
     )
-    check.add_argument("-q", "--quiet", action="store_true", help="print only the summary line (text)")
+    check.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help=f"print only the summary line ({', '.join(FORMATS_TAKING['--quiet'])})",
+    )
     check.add_argument("--include", action="append", default=[], metavar="GLOB", help="also these per-tensor scales")
     check.add_argument(
         "--staged",
@@ -154,7 +160,8 @@ def _build_parser() -> _Parser:
 
     rule = commands.add_parser(
         "rule",
-        help="print a rule's reference: what it finds, its severity and effect, its fix, the evidence",
+        help="print a rule's reference: what it finds, its severity, the effect vLLM was seen to have (docs/check-"
+        "evidence.md), its fix, what it is applied to, its explanation and its example",
         description="Print the reference of each rule named (docs/rules.md is --all). Exit 2 for an unknown code.",
     )
     rule.set_defaults(parser=rule)
@@ -163,14 +170,20 @@ def _build_parser() -> _Parser:
 
     migrate = commands.add_parser(
         "migrate",
-        help="rewrite shard headers in place so scales are 0-D (or back to legacy (1,))",
+        help="rewrite shard headers so scales are 0-D (or back to legacy (1,)), no tensor data touched",
         description="Change NVFP4 global scales (and the per-tensor scales --include names) between (1,) and 0-D "
-        "by editing each shard's header in place (no tensor data is touched), then set config.json's "
-        "format_version. Crash-safe and idempotent.",
+        "by editing each shard's header: in place where it keeps its length, else in a new file renamed over "
+        "the shard (no tensor data changes either way), then set config.json's format_version. Crash-safe and "
+        "idempotent.",
     )
     migrate.set_defaults(parser=migrate)
     migrate.add_argument("path", help="checkpoint folder or .safetensors file")
-    migrate.add_argument("--to", choices=["scalar", "legacy"], default="scalar")
+    migrate.add_argument(
+        "--to",
+        choices=["scalar", "legacy"],
+        default="scalar",
+        help="scalar: 0-D scales and format_version 2 (the default); legacy: (1,) scales and no format_version",
+    )
     migrate.add_argument("--dry-run", action="store_true", help="say what would change; change nothing")
     migrate.add_argument("--json", action="store_true", help="machine-readable output, no progress bar")
     migrate.add_argument(
@@ -269,10 +282,8 @@ def _run(args: argparse.Namespace) -> int:
 def _say_error(message: str) -> None:
     """The one line of an error, on stderr; a stderr that cannot take it (full, gone) does not change the exit
     code, which is then all that tells how the command ended."""
-    try:
+    with suppress(OSError):
         print(escaped(f"scalar-scales: error: {message}"), file=sys.stderr, flush=True)
-    except OSError:
-        pass
 
 
 @contextmanager
@@ -309,9 +320,24 @@ def _emit(text: str) -> None:
     try:
         print(text, flush=True)
     except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
+        _reader_gone()
+
+
+def _emit_report(report: CheckReport, output_format: str, context: Context) -> None:
+    """Write the report as its format writes it, in pieces as it goes; a reader that went away does not fail the
+    command (and cannot be told)."""
+    try:
+        FORMATS[output_format].emit(sys.stdout, report, context)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _reader_gone()
+
+
+def _reader_gone() -> None:
+    """Standard output's reader went away: what is still written, and the interpreter's last flush, go nowhere."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def _emit_lines(lines: list[str]) -> None:
@@ -325,15 +351,20 @@ def _check(args: argparse.Namespace) -> int:
         codes = selected_codes(args.select, args.ignore)
     except ValueError as exc:
         args.parser.error(str(exc))
-    output_format: OutputFormat = args.output_format or ("json" if args.json else "text")
+    output_format: str = args.output_format or ("json" if args.json else DEFAULT_FORMAT)
     if args.json and output_format != "json":
         args.parser.error(f"--json is --output-format json; it cannot be given with --output-format {output_format}")
-    for option, given in (("--list", args.list), ("--quiet", args.quiet)):
+    for option in PRINTING_OPTIONS:
+        given = getattr(args, option.removeprefix("--").replace("-", "_"))
         if given and output_format not in (formats := FORMATS_TAKING[option]):
             args.parser.error(
                 f"{option} is for --output-format {' or '.join(formats)}; it cannot be given with --output-format "
                 f"{output_format}"
             )
+    if args.quiet and (args.list or args.show_all):
+        args.parser.error(
+            f"--quiet prints the summary line alone; it cannot be given with {'--list' if args.list else '--show-all'}"
+        )
     opened = open_staged(args.path) if args.staged else open_checkpoint(args.path)
     if opened is None:
         _emit_lines([f"{args.path}: nothing to check: the staged changes touch none of its files"])
@@ -342,11 +373,8 @@ def _check(args: argparse.Namespace) -> int:
     diagnosis = diagnose(opened, include=args.include, codes=codes)
     report = CheckReport(diagnosis, args.strict, fetched, exit_zero=args.exit_zero, include=tuple(args.include))
     width = min(WIDTH, shutil.get_terminal_size((WIDTH, 24)).columns)
-    lines = render(report, output_format, show_all=args.show_all, with_scales=args.list, quiet=args.quiet, width=width)
-    if output_format in ("json", "sarif"):
-        _emit("\n".join(lines))  # JSON escapes every control character itself
-    else:
-        _emit_lines(lines)
+    context = Context(show_all=args.show_all, with_scales=args.list, quiet=args.quiet, width=width)
+    _emit_report(report, output_format, context)
     return report.exit_code
 
 
@@ -411,10 +439,8 @@ def _say_report_lost(report: MigrationReport, error: OSError) -> None:
     """Say on stderr what a finished migration changed, since its report could not be written (stdout full, say);
     the exit code stays 0. A stderr that fails too leaves nothing to say it on."""
     lost = f"the report could not be written to standard output: {error.strerror or error}"
-    try:
+    with suppress(OSError):
         print(escaped(f"scalar-scales: {_migration_summary(report)}; {lost}"), file=sys.stderr, flush=True)
-    except OSError:
-        pass
 
 
 def _announce(report: MigrationReport) -> None:
@@ -456,7 +482,10 @@ def _migration_summary(report: MigrationReport) -> str:
     elif report.edits:
         line += " in place (header only)"
     if report.config_changed:
-        line += f"; config.json format_version {report.format_version_before} -> {report.format_version_after}"
+        before, after = (
+            "absent" if v is None else v for v in (report.format_version_before, report.format_version_after)
+        )
+        line += f"; config.json format_version {before} -> {after}"
     elif report.producer == MODELOPT:
         line += "; ModelOpt's configs have no marker to update"
     elif report.checkpoint.config is None:
@@ -469,17 +498,13 @@ def _progress_bar(done: int, total: int) -> None:
     once it hung up) cannot stop the migration: the bar is then not shown."""
     width = 30
     filled = width * done // total
-    try:
+    with suppress(OSError):
         print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} shards", end="", file=sys.stderr, flush=True)
-    except OSError:
-        pass
 
 
 def _progress_bar_ended() -> None:
-    try:
+    with suppress(OSError):
         print(file=sys.stderr, flush=True)
-    except OSError:
-        pass
 
 
 if __name__ == "__main__":

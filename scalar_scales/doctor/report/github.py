@@ -6,28 +6,48 @@ accepted, and hidden), and a legacy DeepSeek-V4-Flash-shaped checkpoint has
 annotation per rule and file, errors first: its count, its first findings
 and why they matter; with ``--show-all``, one per finding.
 
+A Hub repository's files are no path in the workspace: each annotation's
+message starts with its file's address instead, and a notice before the
+summary line names the commit every file was read at.
+
 Every name comes from the checkpoint, so every value is escaped as GitHub's
 toolkit (``@actions/core``) escapes it: a tensor's name cannot end the
-command and start another.
+command and start another; and each line as the text's are
+(:func:`scalar_scales.errors.escaped`), so that none reaches the terminal
+of a log read elsewhere.
 """
 
 from __future__ import annotations
 
 from itertools import groupby
 
-from scalar_scales.doctor.report.model import SHOWN_PER_RULE, CheckReport, counted, with_tensor, workspace_path
+from scalar_scales.doctor.report.json_text import Writer
+from scalar_scales.doctor.report.model import (
+    SHOWN_PER_RULE,
+    CheckReport,
+    Context,
+    counted,
+    with_tensor,
+    workspace_path,
+)
 from scalar_scales.doctor.report.text import summary
 from scalar_scales.doctor.rules import Finding, Rule
+from scalar_scales.errors import escaped
 
-__all__ = ["LEVELS", "annotation", "escape_data", "escape_property", "github_lines"]
+__all__ = ["LEVELS", "annotation", "emit", "escape_data", "escape_property", "github_lines"]
 
 LEVELS = {"error": "error", "warning": "warning", "info": "notice"}
 """The workflow command of each severity."""
 
 
+def emit(out: Writer, report: CheckReport, context: Context) -> None:
+    """The annotations and the summary line (:func:`github_lines`), each line escaped."""
+    out.write("".join(escaped(line) + "\n" for line in github_lines(report, show_all=context.show_all)))
+
+
 def github_lines(report: CheckReport, *, show_all: bool = False) -> list[str]:
     """One annotation per rule and file (per finding with ``show_all``), each not-loading engine as a warning,
-    and the summary line."""
+    for a Hub repository a notice of the commit read, and the summary line."""
     lines: list[str] = []
     hub = report.hub
     for rule, findings in report.by_rule:
@@ -47,6 +67,9 @@ def github_lines(report: CheckReport, *, show_all: bool = False) -> list[str]:
         f"::warning title={escape_property(f'Not loaded by {refusal.consumer}')}::{escape_data(str(refusal))}"
         for refusal in report.diagnosis.refusals
     ]
+    if hub is not None and report.commit is not None:
+        title = escape_property(f"{hub.canonical} at commit {report.commit}")
+        lines.append(f"::notice title={title}::{escape_data(summary(report))}")
     lines.append(summary(report))
     return lines
 

@@ -17,7 +17,9 @@ from scalar_scales.sources.hub_address import HubAddress
 
 __all__ = [
     "SHOWN_PER_RULE",
+    "WIDTH",
     "CheckReport",
+    "Context",
     "FetchCounter",
     "RuleFindings",
     "counted",
@@ -29,6 +31,22 @@ __all__ = [
 
 SHOWN_PER_RULE = 5
 """How many findings of each rule the text shows without ``--show-all``."""
+
+WIDTH = 100
+"""The width each rule's explanation is wrapped to (the terminal's, where narrower)."""
+
+
+@dataclass(frozen=True)
+class Context:
+    """What every format is given with the findings: the options that change what is printed, which the command
+    refuses with a format that does not take them (``OutputFormat.options``). ``show_all``: every finding
+    (``--show-all``); ``with_scales``: every per-tensor scale in scope (``--list``); ``quiet``: the summary line
+    alone (``--quiet``); ``width``: the width a rule's explanation is wrapped to."""
+
+    show_all: bool = False
+    with_scales: bool = False
+    quiet: bool = False
+    width: int = WIDTH
 
 
 class FetchCounter(Protocol):

@@ -10,6 +10,10 @@ The report says what was checked: the NVFP4 modules of each config group,
 under the config's own name for its format, and the global scales. Where
 there was nothing to check (no NVFP4 module, no scale in scope) it says so,
 and never that all checks passed.
+
+Every name in it comes from the checkpoint or a server, so each line is
+written escaped (:func:`scalar_scales.errors.escaped`): a name cannot start
+a line of its own or reach the terminal.
 """
 
 from __future__ import annotations
@@ -20,18 +24,16 @@ import textwrap
 from collections import Counter
 from itertools import groupby
 
-from scalar_scales.doctor.report.model import SHOWN_PER_RULE, CheckReport, counted
+from scalar_scales.doctor.report.json_text import Writer
+from scalar_scales.doctor.report.model import SHOWN_PER_RULE, WIDTH, CheckReport, Context, counted
 from scalar_scales.doctor.rules import SEVERITIES, Finding
-from scalar_scales.errors import printable
+from scalar_scales.errors import escaped, printable
 from scalar_scales.nvfp4 import MODELOPT
 from scalar_scales.scan import CheckpointScan
 from scalar_scales.shell import command, path_argument
 from scalar_scales.sources.declaration import Group
 
-__all__ = ["WIDTH", "checked_line", "heading", "summary", "text_lines"]
-
-WIDTH = 100
-"""The width each rule's explanation is wrapped to (the terminal's, where narrower)."""
+__all__ = ["WIDTH", "checked_line", "emit", "heading", "summary", "text_lines"]
 
 _KIND_TEXT = {
     "quantized": "quantized another way",
@@ -39,6 +41,15 @@ _KIND_TEXT = {
     "embedding": "embedding",
     "other": "other",
 }
+
+
+def emit(out: Writer, report: CheckReport, context: Context) -> None:
+    """The report (with ``context.quiet``, its summary line alone), each line escaped."""
+    if context.quiet:
+        lines = [summary(report)]
+    else:
+        lines = text_lines(report, show_all=context.show_all, with_scales=context.with_scales, width=context.width)
+    out.write("".join(escaped(line) + "\n" for line in lines))
 
 
 def text_lines(
@@ -50,7 +61,7 @@ def text_lines(
     if report.checked:
         lines.append(checked_line(report))
     if with_scales:
-        lines += [f"{s.layout:<7}{str(list(s.shape)):<5}{s.name} = {s.value!r}" for s in report.diagnosis.scan.scales]
+        lines += [f"{s.layout:<7}{list(s.shape)!s:<5}{s.name} = {s.value!r}" for s in report.diagnosis.scan.scales]
     for rule, findings in report.by_rule:
         fix = f"; fix: {_fix_command(rule.fix, report)}" if rule.fix else ""
         lines.append(

@@ -114,6 +114,14 @@ def test_quiet_prints_only_the_summary(checkpoint):
     assert run_cli_in_process("check", checkpoint, "--quiet").stdout == "Found 48 findings: 48 warnings (NV101 48).\n"
 
 
+@pytest.mark.parametrize("option", ["--list", "--show-all"])
+def test_quiet_is_refused_with_an_option_that_adds_to_what_is_printed(checkpoint, option):
+    """docs/check.md: an option is refused where it would not mean something. --quiet used to drop it silently."""
+    result = run_cli_in_process("check", checkpoint, "--quiet", option)
+    assert result.returncode == 2 and result.stdout == ""
+    assert f"--quiet prints the summary line alone; it cannot be given with {option}" in result.stderr
+
+
 def test_list_shows_every_scale_with_its_layout_and_value(checkpoint):
     lines = run_cli_in_process("check", checkpoint, "--list").stdout.splitlines()
     listed = [line for line in lines if line.startswith("legacy [1]")]

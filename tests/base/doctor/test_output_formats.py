@@ -1,18 +1,23 @@
-"""`scalar-scales check --output-format text|json|github|sarif`, `--exit-zero`, and what each format says: errors
-first, plurals, the commit checked, GitHub annotations that a hostile name cannot forge."""
+"""`scalar-scales check --output-format`, each format of the formats' table, `--exit-zero`, and what each format
+says: errors first, plurals, the commit checked, GitHub annotations that a hostile name cannot forge, JSON text as
+the standard library writes it; and the docs, which list the formats of the table."""
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import shlex
 import struct
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from scalar_scales.doctor import RULES
+from scalar_scales.doctor.report import FORMATS as FORMATS_TABLE
+from scalar_scales.doctor.report import OUTPUT_FORMATS, formats_table
 from scalar_scales.sources import read_headers
 from scalar_scales_testkit.broken import clean_checkpoint
 from scalar_scales_testkit.cli import make_checkpoint, renamed, run_cli, run_cli_in_process, shards
@@ -71,7 +76,7 @@ def test_an_unknown_output_format_is_refused(checkpoint):
 
 # Every format: the same findings, the same exit code; the options each takes
 
-FORMATS = ["text", "json", "github", "sarif"]
+FORMATS = list(OUTPUT_FORMATS)
 
 
 def broken_checkpoint(folder: Path) -> Path:
@@ -199,7 +204,9 @@ def test_errors_are_reported_before_warnings_whatever_their_codes(broken):
     groups = [line.split()[0] for line in lines if line.startswith("NV")]
     assert groups == ["NV301", "NV101"]
     assert lines[-1] == "Found 49 findings: 1 error, 48 warnings (NV301 1, NV101 48)."
-    nan = lines.index("NV301 invalid-scale-value (error): 1 finding: a global scale that is zero, negative, NaN or Inf")
+    nan = lines.index(
+        "NV301 invalid-scale-value (error): 1 finding: a per-tensor scale that is zero, negative, NaN or Inf"
+    )
     assert lines[nan + 1].startswith("  vLLM computes with 1/scale, which is NaN")
     assert lines[nan + 2] == f"    model-00001-of-00003.safetensors: {name}  is NaN"
 
@@ -317,6 +324,38 @@ def test_a_file_name_is_escaped_as_a_github_property(checkpoint):
     assert any(line.startswith("::warning file=ckpt/a%3Ab%2Cc%25.safetensors,title=NV101") for line in lines)
 
 
+# JSON and SARIF text, written in pieces
+
+
+@pytest.mark.parametrize("options", [["--output-format", "json", "--list"], ["--output-format", "sarif"]])
+def test_json_and_sarif_are_the_text_json_dumps_writes(checkpoint, options):
+    """Their long lists are written from templates of each record's shape (scalar_scales/doctor/report/json_text.py),
+    so their text is held to the standard library's: a tensor's name with a newline, a %, a character outside ASCII
+    and a bidirectional override, a file name with a % and a comma, and a NaN scale (a string) among them."""
+    module = "model.layers.0.mlp.experts.0.gate_proj."
+    renamed(checkpoint, module, module.replace(".gate_proj", "x\n%0A é\u202e\x1b.gate_proj"))
+    set_value(checkpoint, "weight_global_scale", math.nan)
+    old = shards(checkpoint)[0].name
+    index = checkpoint / "model.safetensors.index.json"
+    document = json.loads(index.read_text())
+    (checkpoint / old).rename(checkpoint / "a,b%c.safetensors")
+    document["weight_map"] = {t: "a,b%c.safetensors" if f == old else f for t, f in document["weight_map"].items()}
+    index.write_text(json.dumps(document))
+    printed = check_in(checkpoint.parent, "ckpt", *options).stdout
+    assert printed == json.dumps(json.loads(printed), indent=2) + "\n"
+    assert "\\u00e9\\u202e\\u001b" in printed and "NaN" in printed
+
+
+def test_a_reader_that_goes_away_mid_report_does_not_change_check_s_exit_code(checkpoint):
+    """A report is written as it is made, so its reader can go away (`| head`) in the middle of it."""
+    command = [sys.executable, "-m", "scalar_scales", "check", str(checkpoint), "--output-format", "sarif"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    process.stdout.close()
+    _, stderr = process.communicate(timeout=300)
+    assert (process.returncode, stderr) == (0, "")
+
+
 # SARIF (its schema: tests/publishing/test_output_schemas.py)
 
 
@@ -378,6 +417,9 @@ def clean_in_tmp(tmp_path: Path) -> Path:
 
 
 def test_a_hub_check_names_the_commit_it_read_in_each_format(tmp_path):
+    """Every format of the formats' table, a new one too: a Hub repository's files change from commit to commit,
+    so a report that does not say which it read cannot be reproduced. GitHub's gives it in a notice, which the
+    run's page shows, where the log's summary line is seen only in the log."""
     pytest.importorskip("huggingface_hub")
     from scalar_scales_testkit.hub_server import HubRepository, client_environment, commit_of, serve_hub
 
@@ -385,15 +427,19 @@ def test_a_hub_check_names_the_commit_it_read_in_each_format(tmp_path):
     commit = commit_of(checkpoint)
     with serve_hub({"org/model": HubRepository({"main": checkpoint})}) as (endpoint, _):
         env = client_environment(endpoint, tmp_path)
-        text = run_cli("check", "hf://org/model@main", env=env).stdout.splitlines()
-        summary = json.loads(run_cli("check", "hf://org/model@main", "--json", env=env).stdout)["summary"]
-        (run,) = json.loads(run_cli("check", "hf://org/model@main", "--output-format", "sarif", env=env).stdout)["runs"]
-    assert text[0].startswith(f"hf://org/model@main (commit {commit}): 3 shards, ")
-    assert summary["commit"] == commit
+        printed = {
+            name: run_cli("check", "hf://org/model@main", "--output-format", name, env=env).stdout for name in FORMATS
+        }
+    assert [name for name, output in printed.items() if commit not in output] == []
+    assert printed["text"].startswith(f"hf://org/model@main (commit {commit}): 3 shards, ")
+    assert json.loads(printed["json"])["summary"]["commit"] == commit
+    (run,) = json.loads(printed["sarif"])["runs"]
     assert run["versionControlProvenance"] == [
         {"repositoryUri": "https://huggingface.co/org/model", "revisionId": commit, "mappedTo": {"uriBaseId": "HFREPO"}}
     ]
     assert run["originalUriBaseIds"] == {"HFREPO": {"uri": f"https://huggingface.co/org/model/resolve/{commit}/"}}
+    *_, notice, summary = printed["github"].splitlines()
+    assert notice == f"::notice title=hf%3A//org/model@main at commit {commit}::{summary.replace('%', '%25')}"
 
 
 def test_a_hub_finding_is_located_in_the_repository_at_the_commit(tmp_path):
@@ -410,3 +456,31 @@ def test_a_hub_finding_is_located_in_the_repository_at_the_commit(tmp_path):
     assert github[0].startswith(
         "::warning title=NV101 legacy-scale-shape::hf://org/model/model-00001-of-00003.safetensors: 16 findings"
     )
+
+
+# The docs list the formats of the table
+
+DOCS = Path(__file__).resolve().parents[3] / "docs"
+
+
+def test_the_docs_list_the_formats_of_the_formats_table():
+    """docs/check.md's table of the formats is what scripts/rule_docs.py makes of the formats' table, and its usage
+    and README.md name its formats; no doc names a format the table lacks. A format added or renamed without the
+    docs fails here."""
+    check = (DOCS / "check.md").read_text()
+    readme = (DOCS.parent / "README.md").read_text()
+    table = re.search(
+        r"the formats' table\. Do not edit\. -->\n(.*?)<!-- End of the output formats", check, flags=re.DOTALL
+    )
+    assert table is not None and table[1] == formats_table(), "stale: run `python scripts/rule_docs.py`"
+    headings = set(re.findall(r"^#+ (.+)$", check, flags=re.MULTILINE))
+    assert [row.section for row in FORMATS_TABLE.values() if row.section not in headings] == []
+    assert re.findall(r"\[--output-format ([a-z|]+)\]", check) == ["|".join(FORMATS)]
+    assert re.findall(r"`--output-format ([a-z]+\|[a-z|]+)`", readme) == ["|".join(FORMATS[1:])]
+    named = {
+        name
+        for text in (check, readme, (DOCS / "ci.md").read_text())
+        for names in re.findall(r"--output-format[ =]([a-z|]+)", text)
+        for name in names.split("|")
+    }
+    assert named - set(FORMATS) == set()

@@ -1,0 +1,130 @@
+"""The output formats of ``scalar-scales check``, in one table (:data:`FORMATS`), as ruff's emitters are: each
+format is one renderer with one signature, ``emit(out, report, context)``, from the findings and the options that
+change what is printed to the text it writes, escaping what it writes itself (for a terminal, in a workflow
+command, in JSON). ``--output-format``'s choices and help, the options each format takes (:data:`FORMATS_TAKING`),
+and docs/check.md's table of formats (:func:`formats_table`, which ``scripts/rule_docs.py`` writes there and the
+test command holds it to) all come from the table.
+
+A new format is its module, with its ``emit``, and a row of :data:`FORMATS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from scalar_scales.doctor.report.github import emit as emit_github
+from scalar_scales.doctor.report.json_format import emit as emit_json
+from scalar_scales.doctor.report.json_text import Writer
+from scalar_scales.doctor.report.model import CheckReport, Context
+from scalar_scales.doctor.report.sarif import emit as emit_sarif
+from scalar_scales.doctor.report.text import emit as emit_text
+
+__all__ = [
+    "DEFAULT_FORMAT",
+    "FORMATS",
+    "FORMATS_TAKING",
+    "OUTPUT_FORMATS",
+    "PRINTING_OPTIONS",
+    "Emit",
+    "OutputFormat",
+    "formats_help",
+    "formats_table",
+]
+
+PRINTING_OPTIONS = ("--list", "--show-all", "--quiet")
+"""The options that change what is printed (:class:`~.model.Context`): a format takes those that mean something in
+it, and the command refuses the others with it, rather than ignore them."""
+
+
+class Emit(Protocol):
+    """A format's renderer: writes the report to ``out``, whole, and a newline after its last line."""
+
+    def __call__(self, out: Writer, report: CheckReport, context: Context, /) -> None: ...
+
+
+@dataclass(frozen=True)
+class OutputFormat:
+    """One output format: its name (``--output-format NAME``), its renderer, what it prints, the section of
+    docs/check.md that describes it, and what each option of :data:`PRINTING_OPTIONS` that it takes does in it."""
+
+    name: str
+    emit: Emit
+    prints: str
+    section: str
+    options: Mapping[str, str]
+
+
+FORMATS: dict[str, OutputFormat] = {
+    row.name: row
+    for row in (
+        OutputFormat(
+            "text",
+            emit_text,
+            "a report for people",
+            "Output",
+            {"--list": "the scales' lines", "--show-all": "every finding", "--quiet": "the summary line only"},
+        ),
+        OutputFormat(
+            "json",
+            emit_json,
+            "a versioned document",
+            "JSON",
+            {"--list": '`"scales"`', "--show-all": "(always every finding)"},
+        ),
+        OutputFormat(
+            "github",
+            emit_github,
+            "GitHub Actions annotations",
+            "GitHub Actions",
+            {"--show-all": "an annotation per finding"},
+        ),
+        OutputFormat(
+            "sarif",
+            emit_sarif,
+            "SARIF 2.1.0, for code scanning",
+            "SARIF",
+            {"--show-all": "(always every finding)"},
+        ),
+    )
+}
+"""Every output format, the default first."""
+
+DEFAULT_FORMAT = next(iter(FORMATS))
+OUTPUT_FORMATS: tuple[str, ...] = tuple(FORMATS)
+
+FORMATS_TAKING: dict[str, tuple[str, ...]] = {
+    option: tuple(name for name, row in FORMATS.items() if option in row.options) for option in PRINTING_OPTIONS
+}
+"""The formats each option that changes what is printed means something in; the command refuses it with any other,
+rather than ignore it: annotations and SARIF have no place for the scales' values, and a document or a log
+reduced to its summary line is no longer one. ``--show-all`` is taken by every format: JSON and SARIF always
+hold every finding."""
+
+
+def formats_help() -> str:
+    """``--output-format``'s help: each format and what it prints."""
+    named = [
+        f"{name} (the default: {row.prints})" if name == DEFAULT_FORMAT else f"{name} ({row.prints})"
+        for name, row in FORMATS.items()
+    ]
+    return f"{', '.join(named[:-1])} or {named[-1]}"
+
+
+def formats_table() -> str:
+    """docs/check.md's table of the formats: what each prints, and what each option does in it (or that it is
+    refused)."""
+    lines = [
+        "| `--output-format` | prints | " + " | ".join(f"`{option}`" for option in PRINTING_OPTIONS) + " |",
+        "|" + "---|" * (2 + len(PRINTING_OPTIONS)),
+    ]
+    for name, row in FORMATS.items():
+        anchor = row.section.lower().replace(" ", "-")
+        cells = [
+            f"`{name}`" + (" (the default)" if name == DEFAULT_FORMAT else ""),
+            f"{row.prints} ([{row.section}](#{anchor}))",
+            *(row.options.get(option, "refused") for option in PRINTING_OPTIONS),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
