@@ -38,7 +38,7 @@ import sys
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from scalar_scales.doctor import (
     RULES,
@@ -89,7 +89,7 @@ class _Parser(argparse.ArgumentParser):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.exit(REFUSED, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
     def refuse_unknown(self, unknown: list[str]) -> None:
