@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, wait
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from scalar_scales.errors import CheckpointError
 from scalar_scales.files.header import SafetensorsHeader
@@ -30,12 +28,11 @@ __all__ = [
     "SINGLE_FILE_NAME",
     "UNIQUE_KEYS",
     "CheckpointLocation",
+    "NetworkShardSource",
     "OpenedCheckpoint",
-    "ReadCancelled",
     "ScaleSelector",
     "ShardRead",
     "ShardSource",
-    "gather",
     "shard_name",
     "shard_names",
     "weight_map_of",
@@ -46,27 +43,6 @@ INDEX_NAME = "model.safetensors.index.json"
 SINGLE_FILE_NAME = "model.safetensors"
 UNIQUE_KEYS = {CONFIG_NAME: "quantization_config", MODELOPT_CONFIG_NAME: "quantization"}
 """What a tool reads of each JSON file to decide, in which no key may be given twice (``files.json_document``)."""
-_T = TypeVar("_T")
-
-
-class ReadCancelled(CheckpointError):
-    """A read not made, or given up, because another read of the same check failed first: never the error a check
-    reports, which is that first failure (:func:`gather`)."""
-
-
-def gather(futures: Sequence[Future[_T]]) -> list[_T]:
-    """The results of ``futures``, in order; or, as soon as one fails, that failure: those not yet started are
-    cancelled, those running are waited for (a source cancels its reads when one fails, so they end at once,
-    rather than each at its deadline), and the first failure in order that is not a :class:`ReadCancelled` is
-    raised."""
-    done, pending = wait(futures, return_when=FIRST_EXCEPTION)
-    if not pending:
-        return [future.result() for future in futures]
-    for future in pending:
-        future.cancel()
-    wait(futures)
-    errors = [error for future in futures if not future.cancelled() and (error := future.exception()) is not None]
-    raise next((error for error in errors if not isinstance(error, ReadCancelled)), errors[0])
 
 
 class CheckpointLocation(Protocol):
@@ -107,21 +83,26 @@ class ShardRead(NamedTuple):
 
 
 class ShardSource(Protocol):
-    """Where a shard's bytes come from. ``network``: its reads wait on the network, so shards are read in threads.
+    """Where a shard's bytes come from.
 
     :meth:`read_shard` reads a shard's header and the values of the entries
     ``select`` picks from it as one file: for a local shard, through one open
     descriptor, refusing a file that changes while it is read; for a remote
-    one, at the one commit the whole check reads.
+    one, at the one commit the whole check reads. A check reads its shards
+    one after the other, or, from a :class:`NetworkShardSource`, together.
     """
-
-    network: bool
 
     def read_shard(self, file: Any, select: ScaleSelector, *, values: bool) -> ShardRead: ...
 
-    def progress(self, total: int) -> AbstractContextManager[Callable[[], None]]:
-        """A progress display over ``total`` shards: a context whose value is called as each shard is read (a Hub
-        check's bar on a terminal; nothing for local files, whose reads are quick)."""
+
+@runtime_checkable
+class NetworkShardSource(ShardSource, Protocol):
+    """A source whose reads wait on a server (the Hub's: :class:`~scalar_scales.sources.hub.HubShards`), so that it
+    reads a checkpoint's shards together."""
+
+    def read_shards(self, files: Sequence[Any], select: ScaleSelector, *, values: bool) -> list[ShardRead]:
+        """Each file's :meth:`read_shard`, in order, read together: a bounded number at once, with the source's
+        progress display, and the first failure ending the others' reads where they wait."""
         ...
 
 

@@ -4,8 +4,13 @@ address of its page (:mod:`.hub_address`).
 Only what the checks need is fetched: the repository's file list (the
 model-info endpoint), then ``config.json`` and the index together, then each
 shard's header and the bytes of its global scales, all through HTTP range
-requests on the files' resolve addresses, several shards at once. On a
-DeepSeek-V4-Flash-sized checkpoint that is well under 1% of its bytes.
+requests on the files' resolve addresses, :data:`READERS` shards at once.
+On a DeepSeek-V4-Flash-sized checkpoint that is well under 1% of its bytes.
+Every request of a check is made by one mechanism (:mod:`.hub_client`):
+huggingface_hub's async session, its requests tasks of one event loop (one
+for opening the repository, one for reading its shards, whose headers one
+thread beside it parses), each with its own deadline, and huggingface_hub's
+rules for retries.
 
 Round trips, not bytes, are what a remote check waits on, so a shard is read
 in one request where it can be: the index says which tensors each shard
@@ -56,18 +61,16 @@ import os
 import re
 import stat
 import sys
-import threading
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
 
 from scalar_scales.environment import others_setting
 from scalar_scales.errors import CheckpointError
-from scalar_scales.files.header import header_length_of, parse_header
+from scalar_scales.files.header import SafetensorsHeader, header_length_of, parse_header
 from scalar_scales.files.json_document import MAX_JSON_BYTES, json_object
 from scalar_scales.files.scalars import read_scalars
 from scalar_scales.shell import command
@@ -78,15 +81,18 @@ from scalar_scales.sources.checkpoint import (
     OpenedCheckpoint,
     ScaleSelector,
     ShardRead,
-    gather,
     shard_name,
     shard_names,
 )
 from scalar_scales.sources.declaration import MODELOPT_CONFIG_NAME
 from scalar_scales.sources.hub_address import HUB_PREFIX, HubAddress, parse_hub_address
-from scalar_scales.sources.hub_client import Client, Reply
+from scalar_scales.sources.hub_client import Client, Reply, run, together
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = [
+    "READERS",
     "HubShards",
     "RemoteCheckpoint",
     "coalesce",
@@ -94,6 +100,9 @@ __all__ = [
     "open_hub_checkpoint",
 ]
 
+READERS = 32
+"""Shards read at once: at 100 ms a round trip, 16 at a time took 0.46x to 0.54x of ``get_safetensors_metadata``'s
+time, 32 at a time 0.42x and 0.43x (``benchmarks/check_hub.py``)."""
 FIRST_READ = 64 * 1024
 """Bytes asked for first from a shard the index does not describe (a lone ``model.safetensors``)."""
 ENTRY_BYTES = 88
@@ -105,7 +114,7 @@ leading the data section come in the same range."""
 FIRST_READ_CAP = 4 << 20
 """The most a shard's first range asks for, however long the index says its header is: 32 shards are read at once,
 and each holds its first range until it is parsed. A longer header is read by a second range, one shard at a time
-(:attr:`HubShards.long_headers`)."""
+(:meth:`HubShards.read_shards`)."""
 AFTER_HEADER = 64 * 1024
 """Bytes asked for after a header whose length was not known: where the reference writer puts the scales."""
 RANGE_GAP = 4096
@@ -164,23 +173,19 @@ def coalesce(spans: list[tuple[int, int]], gap: int = MERGE_GAP, cap: int = SPAN
 
 
 class HubShards:
-    """Reads a repository's files at one commit by range requests, and counts the bytes that came."""
+    """Reads a repository's files at one commit by range requests, and counts the bytes that came.
 
-    network = True
+    Its reads are made on the event loop of a :func:`~.hub_client.run`, each
+    with the client of that run: a checkpoint's shards together
+    (:meth:`read_shards`), at most :data:`READERS` at once.
+    """
 
     def __init__(self, address: str, repo_id: str, commit: str) -> None:
         from huggingface_hub import constants, hf_hub_url
 
         self.address = address
         self._url: Callable[[str], str] = lambda name: hf_hub_url(repo_id, name, revision=commit)
-        self.cancelled = threading.Event()
-        """Set when a read fails: the others give up at once (:class:`~.hub_client.Client`), so the check's one
-        line comes without waiting for them."""
-        self._client = Client(constants.HF_HUB_DOWNLOAD_TIMEOUT, self.cancelled, where=address)
-        self._lock = threading.Lock()
-        self.long_headers = threading.Lock()
-        """Held while a header longer than :data:`FIRST_READ_CAP` is read and parsed: one at a time, since each may
-        be as long as the reader accepts (100 MB)."""
+        self._timeout = float(constants.HF_HUB_DOWNLOAD_TIMEOUT)
         self.first_reads: dict[str, int] = {}
         """Bytes to ask for first from each shard (:func:`header_estimate`); :data:`FIRST_READ` for others."""
         self.bytes_fetched = 0
@@ -196,47 +201,91 @@ class HubShards:
         return f"{self.address}/{name}"
 
     @contextmanager
-    def progress(self, total: int) -> Iterator[Callable[[], None]]:
-        """A progress bar over ``total`` shards, huggingface_hub's (its tqdm honours ``HF_HUB_DISABLE_PROGRESS_BARS``
-        and ``disable_progress_bars()``), on stderr and only where stderr is a terminal, so that stdout (JSON)
-        stays clean; cleared when done or failed, so that what is printed next starts on its own line."""
-        from huggingface_hub.utils import tqdm
+    def _progress(self, total: int) -> Iterator[Callable[[], None]]:
+        """A progress bar over ``total`` shards, huggingface_hub's, on stderr and only where stderr is a terminal, so
+        that stdout (JSON) stays clean, and progress bars are not disabled (``HF_HUB_DISABLE_PROGRESS_BARS``,
+        ``disable_progress_bars()``); cleared when done or failed, so that what is printed next starts on its own
+        line. A bar not shown is not made: a disabled tqdm bar starts tqdm's monitor thread and never ends it."""
+        from huggingface_hub.utils import are_progress_bars_disabled, tqdm
 
+        if are_progress_bars_disabled() or not _is_terminal(sys.stderr):
+            yield _nothing
+            return
         progress_bar: Any = tqdm  # untyped in some huggingface_hub versions
-        bar = progress_bar(
-            total=total,
-            unit="shard",
-            desc=f"Reading {self.address}",
-            file=sys.stderr,
-            leave=False,
-            disable=not _is_terminal(sys.stderr),
-        )
+        bar = progress_bar(total=total, unit="shard", desc=f"Reading {self.address}", file=sys.stderr, leave=False)
         try:
             yield lambda: bar.update(1)
         finally:
             bar.close()
 
     def read_shard(self, file: str, select: ScaleSelector, *, values: bool) -> ShardRead:
-        """The shard's header and the values of the scales ``select`` picks, in one range where the index's
-        estimate holds them (:func:`header_estimate`), else in a second for the rest of the header and ranges
-        merged by :func:`coalesce` for scales elsewhere. A failure cancels the check's other reads."""
-        with self._cancelling():
-            return self._read_shard(file, select, values=values)
+        """One shard, as :meth:`read_shards` reads each."""
+        return self.read_shards([file], select, values=values)[0]
 
-    def _read_shard(self, file: str, select: ScaleSelector, *, values: bool) -> ShardRead:
+    def read_shards(self, files: Sequence[str], select: ScaleSelector, *, values: bool) -> list[ShardRead]:
+        """Each shard's header and the values of the scales ``select`` picks, in order: :data:`READERS` shards at
+        once, on one event loop, with huggingface_hub's progress bar where there are several (cleared before an
+        error is raised, so the error starts on its own line). The first failure ends the others' reads where they
+        wait, and reads not begun are not, so the error does not wait for every other read to reach its
+        deadline.
+
+        Headers are parsed, and their scales picked, by one thread beside the
+        loop, one shard after another, so that the loop goes on with the
+        others' requests meanwhile rather than each waiting for every header
+        parsed before it: ``benchmarks/check_hub.py``'s V4-Flash-shaped
+        checkpoint at 100 ms a request took 1.85 s so, 2.04 s parsed on the
+        loop. The thread ends with the reads, whichever way they end.
+        """
+        import asyncio
+        from concurrent.futures import ThreadPoolExecutor
+
+        async def read_all(client: Client) -> list[ShardRead]:
+            loop = asyncio.get_running_loop()
+            long_headers = asyncio.Lock()
+
+            async def parsed(file: str, data: bytes, size: int) -> tuple[SafetensorsHeader, list[int]]:
+                return await loop.run_in_executor(parser, _parsed, file, data, size, select)
+
+            progress: AbstractContextManager[Callable[[], None]] = (
+                self._progress(len(files)) if len(files) > 1 else nullcontext(_nothing)
+            )
+            with progress as advance:
+
+                async def read(file: str) -> ShardRead:
+                    found = await self._read_shard(client, long_headers, parsed, file, values=values)
+                    advance()
+                    return found
+
+                return await together([read(file) for file in files], READERS)
+
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="scalar-scales-hub-parse") as parser:
+            return run(read_all, where=self.address)
+
+    async def _read_shard(
+        self,
+        client: Client,
+        long_headers: asyncio.Lock,
+        parsed: Callable[[str, bytes, int], Awaitable[tuple[SafetensorsHeader, list[int]]]],
+        file: str,
+        *,
+        values: bool,
+    ) -> ShardRead:
+        """The shard's header and the values of the scales picked from it (``parsed``: the header of the bytes given,
+        and the entries picked), in one range where the index's estimate holds them (:func:`header_estimate`), else
+        in a second for the rest of the header and ranges merged by :func:`coalesce` for scales elsewhere.
+        ``long_headers`` is held while a header longer than :data:`FIRST_READ_CAP` is read and parsed: one at a
+        time, since each may be as long as the reader accepts (100 MB)."""
         name = shard_name(file)
-        first, size = self._get(name, 0, self.first_reads.get(name, FIRST_READ) - 1)
-        with self._lock:
-            self.file_sizes[name] = size
+        first, size = await self._get(client, name, 0, self.first_reads.get(name, FIRST_READ) - 1)
+        self.file_sizes[name] = size
         length = header_length_of(file, first[:8], size)
         if len(first) < 8 + length:
-            with self.long_headers:
-                rest, _ = self._get(name, len(first), 8 + length + AFTER_HEADER - 1)
+            async with long_headers:
+                rest, _ = await self._get(client, name, len(first), 8 + length + AFTER_HEADER - 1)
                 first += rest
-                header = parse_header(file, first[8 : 8 + length], size)
+                header, indices = await parsed(file, first[8 : 8 + length], size)
         else:
-            header = parse_header(file, first[8 : 8 + length], size)
-        indices = select(header)
+            header, indices = await parsed(file, first[8 : 8 + length], size)
         if not values or not indices:
             return ShardRead(header, indices, [None] * len(indices))
         start, held = header.data_start, len(first)
@@ -250,7 +299,7 @@ class HubShards:
         pieces: dict[int, bytes] = {}
         k = 0
         for begin, end in coalesce(spans):
-            data, _ = self._get(name, begin, end - 1)
+            data, _ = await self._get(client, name, begin, end - 1)
             while k < len(spans) and spans[k][0] < end:
                 at, stop = spans[k]
                 pieces[at] = data[at - begin : stop - begin]
@@ -277,30 +326,17 @@ class HubShards:
         )
         return ShardRead(header, indices, found)
 
-    @contextmanager
-    def _cancelling(self) -> Iterator[None]:
-        """Set :attr:`cancelled` if the block fails: the first failure is the check's, the others' reads are given
-        up."""
-        try:
-            yield
-        except BaseException:
-            self.cancelled.set()
-            raise
-
-    def read_json(self, name: str) -> dict[str, Any]:
-        """A JSON file, whole (at most 256 MiB), parsed; a failure cancels the other reads."""
-        with self._cancelling():
-            return self._read_json(name)
-
-    def _read_json(self, name: str) -> dict[str, Any]:
+    async def read_json(self, client: Client, name: str) -> dict[str, Any]:
+        """A JSON file, whole (at most 256 MiB), parsed."""
         where = self.label(name)
-        body = self._client.fetch(self._url(name), where, {}, lambda response: MAX_JSON_BYTES, decoded=True)
-        self._count(len(body))
-        with self._lock:
-            self.file_sizes[name] = len(body)
+        body = await client.fetch(
+            self._url(name), where, {}, lambda response: MAX_JSON_BYTES, decoded=True, timeout=self._timeout
+        )
+        self.bytes_fetched += len(body)
+        self.file_sizes[name] = len(body)
         return json_object(body, where, UNIQUE_KEYS.get(name))
 
-    def _get(self, name: str, first: int, last: int) -> tuple[bytes, int]:
+    async def _get(self, client: Client, name: str, first: int, last: int) -> tuple[bytes, int]:
         """Bytes ``first``..``last`` (inclusive) of ``name``, or fewer at its end; and the file's size.
 
         The reply must be a 206 whose Content-Range starts at ``first`` and
@@ -331,16 +367,22 @@ class HubShards:
             span[:] = found
             return end - start + 1
 
-        body = self._client.fetch(self._url(name), where, headers, limit, decoded=False)
+        body = await client.fetch(self._url(name), where, headers, limit, decoded=False, timeout=self._timeout)
         start, end, size = span
-        self._count(len(body))
+        self.bytes_fetched += len(body)
         if len(body) != end - start + 1:
             raise CheckpointError(where, f"the server sent {len(body)} bytes of the {end - start + 1} it announced")
         return body, size
 
-    def _count(self, size: int) -> None:
-        with self._lock:
-            self.bytes_fetched += size
+
+def _parsed(file: str, data: bytes, size: int, select: ScaleSelector) -> tuple[SafetensorsHeader, list[int]]:
+    """A shard's header, parsed from ``data``, and the entries ``select`` picks from it."""
+    header = parse_header(file, data, size)
+    return header, select(header)
+
+
+def _nothing() -> None:
+    """No progress shown: a lone shard, or no bar."""
 
 
 def _is_terminal(stream: Any) -> bool:
@@ -356,7 +398,7 @@ def _content_range(header: str) -> tuple[int, int, int] | None:
     return None if match is None else (int(match[1]), int(match[2]), int(match[3]))
 
 
-def _model_info(repo_id: str, revision: str | None, address: str) -> tuple[str, set[str]]:
+async def _model_info(client: Client, repo_id: str, revision: str | None, address: str) -> tuple[str, set[str]]:
     """The commit a revision names, and the repository's files at it, from the model-info endpoint.
 
     Asked for as ``HfApi.model_info`` asks, through huggingface_hub's session
@@ -368,8 +410,9 @@ def _model_info(repo_id: str, revision: str | None, address: str) -> tuple[str, 
     url = f"{constants.ENDPOINT}/api/models/{repo_id}"
     if revision is not None:
         url += f"/revision/{quote(revision, safe='')}"
-    client = Client(constants.HF_HUB_ETAG_TIMEOUT, where=address)
-    body = client.fetch(url, address, {}, lambda response: MAX_JSON_BYTES, decoded=True)
+    body = await client.fetch(
+        url, address, {}, lambda response: MAX_JSON_BYTES, decoded=True, timeout=float(constants.HF_HUB_ETAG_TIMEOUT)
+    )
     try:
         info = json_object(body, address)
     except CheckpointError as error:
@@ -437,10 +480,17 @@ def _start_huggingface_hub(address: str) -> None:
     line."""
     _check_settings()
     try:
-        import huggingface_hub.constants  # noqa: F401
+        import huggingface_hub.constants
         import huggingface_hub.errors  # noqa: F401
         from huggingface_hub import hf_hub_url, snapshot_download  # noqa: F401
-        from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status, tqdm  # noqa: F401
+        from huggingface_hub.utils import (  # noqa: F401
+            are_progress_bars_disabled,
+            build_hf_headers,
+            get_async_session,
+            hf_raise_for_status,
+            parse_ratelimit_headers,
+            tqdm,
+        )
     except ImportError:
         raise CheckpointError(
             address, "checking a Hub repository needs huggingface_hub: pip install 'scalar-scales[hub]'"
@@ -580,17 +630,19 @@ def open_hub_checkpoint(address: str) -> OpenedCheckpoint:
     if constants.HF_HUB_OFFLINE:
         return _open_cached(hub)
     root = hub.canonical
-    try:
-        commit, siblings = _model_info(hub.repo_id, hub.revision, root)
-    except CheckpointError as error:
-        raise _with_subfolder_hint(error, hub) from None
-    shards = HubShards(root, hub.repo_id, commit)
-    wanted = [name for name in (CONFIG_NAME, MODELOPT_CONFIG_NAME, INDEX_NAME) if name in siblings]
-    pool = ThreadPoolExecutor(max_workers=max(1, len(wanted)), thread_name_prefix="scalar-scales-hub-json")
-    try:
-        documents = dict(zip(wanted, gather([pool.submit(shards.read_json, name) for name in wanted]), strict=True))
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+
+    async def opening(client: Client) -> tuple[str, set[str], HubShards, dict[str, dict[str, Any]]]:
+        """The commit and files model info names, then the configs and the index, together, at that commit."""
+        try:
+            commit, siblings = await _model_info(client, hub.repo_id, hub.revision, root)
+        except CheckpointError as error:
+            raise _with_subfolder_hint(error, hub) from None
+        shards = HubShards(root, hub.repo_id, commit)
+        wanted = [name for name in (CONFIG_NAME, MODELOPT_CONFIG_NAME, INDEX_NAME) if name in siblings]
+        found = await together([shards.read_json(client, name) for name in wanted])
+        return commit, siblings, shards, dict(zip(wanted, found, strict=True))
+
+    commit, siblings, shards, documents = run(opening, where=root)
     config, modelopt_config = documents.get(CONFIG_NAME), documents.get(MODELOPT_CONFIG_NAME)
     names, weight_map = shard_names(siblings.__contains__, lambda: documents[INDEX_NAME], root, shards.label)
     shards.first_reads = header_estimate(weight_map)

@@ -1,44 +1,76 @@
-"""GET requests to the Hub through huggingface_hub's session: each with a deadline, a bound on its body, and
-retries of what fails for a moment.
+"""GET requests to the Hub through huggingface_hub's async session, all of a check's on one event loop: each with a
+deadline, a bound on its body, and retries of what fails for a moment.
 
-Retries follow huggingface_hub's ``http_backoff`` (``utils/_http.py``): the
-same statuses (408, 429, 500, 502, 503, 504), a first wait of 1 s doubled
-up to 8 s, at most 5 retries, and a 429's ``Retry-After``. That function is
-not called itself: it reads the whole body with no bound and no deadline,
-sleeps for whatever ``Retry-After`` a server names (plus 1 s), retries a
-timeout that has already cost a full timeout, and logs each retry as a
-warning on stderr, where a check prints one line. Here:
+One mechanism for every request (:func:`run`): an event loop of its own,
+and on it a :class:`Client` on a session from huggingface_hub's
+``get_async_session``, opened for the run and closed after it. Requests
+made together are tasks of that loop (:func:`together`: at most ``bound``
+at once; the first failure cancels the others, wherever they wait), so no
+thread is started for a request, nothing is polled, and once :func:`run`
+returns or fails nothing of it is left running. The session is
+huggingface_hub's: its client factory (``set_async_client_factory``), its
+request hook (offline mode, a request id), its redirects, and the headers
+and token of ``build_hf_headers``. Its response hook is taken off it (the
+session is made for the run and shared with nobody): that hook reads an
+error reply's body whole wherever its ``Content-Length`` is under 1 MB, and
+a body that small, compressed, inflates to a gigabyte. An error's body is
+read here up to :data:`ERROR_BODY` decoded, as what it says is only for the
+message.
+
+A request has a deadline (:data:`DEADLINE_FACTOR` times its timeout) for all
+of it: connecting, redirects, headers, body, every retry and every wait. An
+httpx timeout bounds each wait on the socket, not the request: a server that
+sends a byte within each timeout (the body a byte every 0.3 s, the headers
+a byte every 0.5 s, 20 redirects each after 0.8 s) holds a request for as
+long as it likes. The deadline is ``asyncio.timeout``'s, which cancels the
+request where it waits, then ``the server took over N s to reply``.
+
+Retries are those of huggingface_hub's ``http_backoff``
+(``utils/_http.py``): the same statuses (:data:`RETRY_STATUSES`: 408, 429,
+500, 502, 503, 504), a first wait of 1 s doubled up to 8 s, at most 5
+retries, a server's ``Retry-After``, and for a 429 the wait its
+``RateLimit`` header names where none are left (huggingface_hub's own
+``parse_ratelimit_headers`` reads it). ``http_backoff`` and
+``http_stream_backoff`` are not called: they are synchronous, with no async
+counterpart, so a request made through them could be held to a deadline
+only from a thread of its own; they read a body with no bound, retry a
+timeout that has already cost a full timeout, sleep (``time.sleep``, which
+nothing cancels) for whatever a server asks plus 1 s, read ``Retry-After``
+as whole seconds only (``int()`` of ``"²"``, a digit to ``str.isdigit``, is a
+ValueError), and log each retry as a warning on stderr, where a check prints
+one line. Here:
 
 - transient: a dropped connection (the server hangs up without a reply:
   ``httpx.NetworkError``, or ``RemoteProtocolError``'s "Server
   disconnected"; or mid-body: its "peer closed connection without sending
   complete message body"), a connection that cannot be made (refused, or a
-  name that does not resolve: ``ConnectError`` is a ``NetworkError``, and
-  ``http_backoff`` retries ``ConnectionError`` too), and those statuses;
+  name that does not resolve: ``ConnectError`` is a ``NetworkError``, which
+  ``http_backoff`` retries), and those statuses;
 - not retried: a timeout (the server is slow, not gone: the check says so
   at once), any other 4xx (a missing file, no access), and a reply that is
   malformed or not what was asked for;
-- ``Retry-After`` is read as seconds or an HTTP date, and capped at
-  :data:`MAX_RETRY_AFTER`;
-- every attempt and wait lies within the request's deadline
-  (:data:`DEADLINE_FACTOR` times its timeout): a wait that would end past it
-  is not begun, and the last failure is the error, saying how many tries
-  were made. The longest a request waits is so its deadline: 60 s at the
-  default 10 s timeout (a refused connection: tries at 0, 1, 3, 7, 15 and
-  23 s, then one line, after 6 tries);
+- ``Retry-After`` is read as seconds or an HTTP date; it and a rate limit's
+  reset are capped at :data:`MAX_RETRY_AFTER`;
+- every attempt and wait lies within the request's deadline: a wait that
+  would end past it is not begun, and the last failure is the error,
+  saying how many tries were made. The longest a request waits is so its
+  deadline: 60 s at the default 10 s timeout (a refused connection: tries
+  at 0, 1, 3, 7, 15 and 23 s, then one line, after 6 tries);
 - an error's body is read up to 1 MiB and no further (a 503 page of any
-  length is still a 503, retried), as what it says is only for the message;
-- a :class:`Client` given a ``cancelled`` event starts no request and no
-  wait once it is set, and a request in flight is given up at once: after
-  one shard fails, the check ends without waiting for the others' reads.
+  length is still a 503, retried).
 
-Its session and headers are huggingface_hub's, which read settings of their
-own as a client starts: the proxies (``HTTPS_PROXY=socks5://...`` without
-socksio, ``bogus://x``) and certificates (``SSL_CERT_FILE``) its HTTP client
-takes from the environment, the token (``HF_TOKEN``, a saved login,
-``HF_OIDC_RESOURCE``) and ``HF_HUB_USER_AGENT_ORIGIN``. One it cannot use is
-one line naming the setting (never a proxy's value, which may hold a
-password), exit 2, before any request.
+Its session and headers read settings of their own as they are made: the
+proxies (``HTTPS_PROXY=socks5://...`` without socksio, ``bogus://x``) and
+certificates (``SSL_CERT_FILE``) its HTTP client takes from the environment,
+the token (``HF_TOKEN``, a saved login, ``HF_OIDC_RESOURCE``) and
+``HF_HUB_USER_AGENT_ORIGIN``. One it cannot use is one line naming the
+setting (never a proxy's value, which may hold a password), exit 2, before
+any request.
+
+Ctrl-C during a request ends it at once: ``asyncio.run``, in the main
+thread, turns SIGINT into the cancellation of the run, whose requests are
+cancelled and whose session is closed before ``KeyboardInterrupt`` reaches
+the command.
 """
 
 from __future__ import annotations
@@ -46,18 +78,14 @@ from __future__ import annotations
 import email.utils
 import importlib.util
 import os
-import queue
-import threading
-import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from scalar_scales.environment import others_setting
 from scalar_scales.errors import CheckpointError
-from scalar_scales.sources.checkpoint import ReadCancelled
 
 __all__ = [
     "BASE_WAIT",
@@ -69,7 +97,10 @@ __all__ = [
     "Client",
     "Headed",
     "Reply",
+    "rate_limit_reset",
     "retry_after",
+    "run",
+    "together",
 ]
 
 DEADLINE_FACTOR = 6
@@ -83,12 +114,11 @@ MAX_WAIT = 8.0
 """huggingface_hub's ``http_backoff`` defaults: at most 5 retries, waiting 1 s, then twice as long each time, up to
 8 s."""
 MAX_RETRY_AFTER = 30.0
-"""The longest ``Retry-After`` honoured: a server cannot park a check for an hour (the deadline caps it further)."""
+"""The longest wait a server's ``Retry-After`` or rate limit is honoured for: a server cannot park a check for an
+hour (the deadline caps it further)."""
 ERROR_BODY = 1 << 20
 """The most of an error reply's body read: what huggingface_hub's message is taken from."""
-_CHUNK = 1 << 16
-_POLL = 0.05
-"""How often a request's waiting thread looks at its client's ``cancelled`` event."""
+_T = TypeVar("_T")
 
 
 class Headed(Protocol):
@@ -99,15 +129,19 @@ class Headed(Protocol):
 
 
 class Reply(Headed, Protocol):
-    """What is read of an httpx reply (huggingface_hub's HTTP client is httpx in some versions and a fork of it in
-    others, so the type is told by what it has, not by its class)."""
+    """What a request's ``limit`` reads of its reply (huggingface_hub's HTTP client is httpx in some versions and a
+    fork of it in others, so the type is told by what it has, not by its class)."""
 
     @property
     def status_code(self) -> int: ...
 
-    def iter_bytes(self, chunk_size: int | None = None) -> Iterator[bytes]: ...
 
-    def iter_raw(self, chunk_size: int | None = None) -> Iterator[bytes]: ...
+class _Streamed(Reply, Protocol):
+    """A reply whose body is read as it comes."""
+
+    def aiter_bytes(self, chunk_size: int | None = None) -> AsyncIterator[bytes]: ...
+
+    def aiter_raw(self, chunk_size: int | None = None) -> AsyncIterator[bytes]: ...
 
 
 class _Transient(Exception):
@@ -118,104 +152,164 @@ class _Transient(Exception):
         self.error, self.wait = error, wait
 
 
+def run(main: Callable[[Client], Coroutine[Any, Any, _T]], *, where: str) -> _T:
+    """``main(client)`` on an event loop of its own, ``client`` a :class:`Client` on a session of huggingface_hub's
+    opened for it and closed after it; a refusal of the session's settings is one line naming the setting, before
+    any request (``where``: what it names where no setting is to blame).
+
+    Where this thread already runs an event loop (a notebook's), the run's
+    loop is in one thread of its own, waited for (a loop cannot be run
+    inside another); an interrupt of the wait (Ctrl-C) cancels the run, as
+    ``asyncio.run`` does in the main thread.
+    """
+    import asyncio
+
+    session, headers = _session_and_headers(where)
+    running: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = []
+
+    async def opened() -> _T:
+        task = asyncio.current_task()
+        assert task is not None
+        running.append((asyncio.get_running_loop(), task))
+        try:
+            return await main(Client(session, headers))
+        finally:
+            await session.aclose()
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(opened())
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="scalar-scales-hub") as pool:
+        done = pool.submit(asyncio.run, opened())
+        try:
+            return done.result()
+        except BaseException:
+            for loop, task in running:
+                with suppress(RuntimeError):  # the loop has ended
+                    loop.call_soon_threadsafe(task.cancel)
+            raise
+
+
+async def together(calls: Sequence[Awaitable[_T]], bound: int | None = None) -> list[_T]:
+    """The results of ``calls``, in order, run as tasks of this loop, at most ``bound`` at once (None: all); or, as
+    soon as one fails, a failure: the others are cancelled where they wait (those not begun never begin) and ended
+    before it is raised. The one raised is an interrupt where one came (SIGTERM's, raised in a task), else the first
+    failure in order, so that which shard is named does not depend on which reply came first."""
+    import asyncio
+
+    if not calls:
+        return []
+    slots = asyncio.Semaphore(bound or len(calls))
+
+    async def bounded(call: Awaitable[_T]) -> _T:
+        async with slots:
+            return await call
+
+    tasks = [asyncio.create_task(bounded(call)) for call in calls]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks)
+    failures = [error for task in tasks if not task.cancelled() and (error := task.exception()) is not None]
+    if failures:
+        raise next((error for error in failures if not isinstance(error, Exception)), failures[0])
+    return [task.result() for task in tasks]
+
+
 class Client:
-    """GET requests through huggingface_hub's session, each with a timeout, a deadline, retries and a bound on its
-    body."""
+    """huggingface_hub's async session and request headers, on the loop of one :func:`run`: GET requests, each with
+    a timeout, a deadline, retries and a bound on its body."""
 
-    def __init__(self, timeout: float, cancelled: threading.Event | None = None, *, where: str) -> None:
-        """``where``: what a refusal of huggingface_hub's session names, where no setting is to blame."""
-        self._session, self._headers = _session_and_headers(where)
-        self.timeout = timeout
-        self.deadline = DEADLINE_FACTOR * timeout
-        self.cancelled = threading.Event() if cancelled is None else cancelled
-        """Set (by whoever shares it): no further request or wait is begun, and those in flight are given up."""
+    def __init__(self, session: Any, headers: dict[str, str]) -> None:
+        self._session, self._headers = session, headers
 
-    def fetch(
-        self, url: str, where: str, headers: dict[str, str], limit: Callable[[Reply], int], *, decoded: bool
+    async def fetch(
+        self,
+        url: str,
+        where: str,
+        headers: dict[str, str],
+        limit: Callable[[Reply], int],
+        *,
+        decoded: bool,
+        timeout: float,
     ) -> bytes:
-        """The body of the reply to a GET, whole within :attr:`deadline` (connecting, redirects, headers and
-        body together, every retry included), or a one-line :class:`CheckpointError` naming ``where``.
+        """The body of the reply to a GET, whole within ``DEADLINE_FACTOR * timeout`` seconds (connecting,
+        redirects, headers and body together, every retry included), or a one-line :class:`CheckpointError` naming
+        ``where``. ``timeout`` bounds each wait on the socket.
 
         ``limit(response)`` checks the reply's status and headers and says how
         many bytes its body may hold (more is refused); ``decoded``: the body as
         the server's Content-Encoding inflates it, else the bytes as sent. A
         416 (a range past the end of the file) is left to ``limit``.
-
-        The request runs in a thread of its own, and this one waits for it
-        until the deadline: an httpx timeout bounds each wait for the socket,
-        not the request, so a server that trickles a byte at a time would
-        hold the request for as long as it likes. A request past the
-        deadline is left to end in its (daemon) thread, whose socket's own
-        timeout still ends it, or the process's exit; what it reads is
-        bounded by ``limit``. Once :attr:`cancelled` is set, this raises
-        :class:`~.checkpoint.ReadCancelled` within :data:`_POLL` seconds: a thread pool's
-        worker waiting here would otherwise hold the process's exit, which
-        joins it, for up to the deadline.
         """
-        if self.cancelled.is_set():
-            raise ReadCancelled(where, "not read: another read failed first")
-        outcome: queue.SimpleQueue[bytes | BaseException] = queue.SimpleQueue()
-        start = time.monotonic()
+        import asyncio
 
-        def request() -> None:
-            try:
-                outcome.put(self._with_retries(url, where, headers, limit, decoded, start))
-            except BaseException as error:  # handed to the waiting thread, which raises it
-                outcome.put(error)
+        deadline = DEADLINE_FACTOR * timeout
+        ends = asyncio.get_running_loop().time() + deadline
+        scope = asyncio.timeout_at(ends)
+        try:
+            async with scope:
+                return await self._with_retries(url, where, headers, limit, decoded, timeout, ends)
+        except TimeoutError:
+            if not scope.expired():
+                raise
+            raise CheckpointError(where, f"the server took over {deadline:g} s to reply") from None
 
-        threading.Thread(target=request, name="scalar-scales-hub-request", daemon=True).start()
-        while True:
-            left = start + self.deadline - time.monotonic()
-            if left <= 0:
-                raise CheckpointError(where, f"the server took over {self.deadline:g} s to reply")
-            if self.cancelled.is_set():
-                raise ReadCancelled(where, "given up: another read failed first")
-            try:
-                found = outcome.get(timeout=min(left, _POLL))
-                break
-            except queue.Empty:
-                continue
-        if isinstance(found, BaseException):
-            raise found
-        return found
-
-    def _with_retries(
-        self, url: str, where: str, headers: dict[str, str], limit: Callable[[Reply], int], decoded: bool, start: float
+    async def _with_retries(
+        self,
+        url: str,
+        where: str,
+        headers: dict[str, str],
+        limit: Callable[[Reply], int],
+        decoded: bool,
+        timeout: float,
+        ends: float,
     ) -> bytes:
+        import asyncio
+
+        loop = asyncio.get_running_loop()
         wait = BASE_WAIT
         for tries in range(1, MAX_RETRIES + 2):
-            if self.cancelled.is_set():
-                raise ReadCancelled(where, "not read: another read failed first")
             try:
-                return self._request(url, where, headers, limit, decoded)
+                return await self._request(url, where, headers, limit, decoded, timeout)
             except _Transient as transient:
                 pause = wait if transient.wait is None else transient.wait
-                if tries > MAX_RETRIES or time.monotonic() - start + pause >= self.deadline:
+                if tries > MAX_RETRIES or loop.time() + pause >= ends:
                     error = transient.error
                     raise CheckpointError(error.path, f"{error.problem} (after {tries} tries)") from None
-                if self.cancelled.wait(pause):
-                    raise ReadCancelled(where, "not retried: another read failed first") from None
+                await asyncio.sleep(pause)
                 wait = min(MAX_WAIT, wait * 2)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _request(
-        self, url: str, where: str, headers: dict[str, str], limit: Callable[[Reply], int], decoded: bool
+    async def _request(
+        self,
+        url: str,
+        where: str,
+        headers: dict[str, str],
+        limit: Callable[[Reply], int],
+        decoded: bool,
+        timeout: float,
     ) -> bytes:
         with _hub_errors(where):
-            with self._session.stream(
-                "GET", url, headers={**self._headers, **headers}, timeout=self.timeout
+            async with self._session.stream(
+                "GET", url, headers={**self._headers, **headers}, timeout=timeout
             ) as response:
                 if response.status_code >= 400 and response.status_code != 416:
-                    _read_some(response, ERROR_BODY)
+                    await _read_some(response, ERROR_BODY)
                     from huggingface_hub.utils import hf_raise_for_status
 
                     try:
                         hf_raise_for_status(response)
                     except Exception as error:
                         if response.status_code in RETRY_STATUSES:
-                            raise _Transient(CheckpointError(where, _problem(error)), retry_after(response)) from None
+                            raise _Transient(CheckpointError(where, _problem(error)), _wait_asked(response)) from None
                         raise
-                return _read(response, where, limit(response), decoded=decoded)
+                return await _read(response, where, limit(response), decoded=decoded)
 
 
 _PROXY_SCHEMES = frozenset({"http", "https", "socks5", "socks5h"})
@@ -223,20 +317,12 @@ _PROXY_SCHEMES = frozenset({"http", "https", "socks5", "socks5h"})
 
 
 def _session_and_headers(where: str) -> tuple[Any, dict[str, str]]:
-    """huggingface_hub's shared session and the headers of its requests, or a one-line :class:`CheckpointError`
-    naming the setting it cannot start with (:func:`_client_setting`, :func:`_header_setting`)."""
+    """A session of huggingface_hub's (``get_async_session``, without its response hook) and the headers of its
+    requests, or a one-line :class:`CheckpointError` naming the setting it cannot start with
+    (:func:`_client_setting`, :func:`_header_setting`)."""
     from huggingface_hub import constants
-    from huggingface_hub.utils import build_hf_headers, get_session
+    from huggingface_hub.utils import _http, build_hf_headers, get_async_session
 
-    try:
-        session = get_session()
-    except Exception as error:
-        setting = _client_setting()
-        raise CheckpointError(
-            setting or where,
-            f"huggingface_hub's HTTP client cannot {'use it' if setting else 'start'} "
-            f"({type(error).__name__}: {_first_line(error)})",
-        ) from None
     try:
         headers = dict(build_hf_headers())
     except OSError as error:  # the saved login's file: HF_TOKEN_PATH, or HF_HOME's
@@ -258,6 +344,18 @@ def _session_and_headers(where: str) -> tuple[Any, dict[str, str]]:
                 _header_setting(name, constants.HF_TOKEN_PATH) or where,
                 f"it cannot be sent in an HTTP header ({name}), which holds printable ASCII only",
             )
+    try:
+        session = get_async_session()
+    except Exception as error:
+        setting = _client_setting()
+        raise CheckpointError(
+            setting or where,
+            f"huggingface_hub's HTTP client cannot {'use it' if setting else 'start'} "
+            f"({type(error).__name__}: {_first_line(error)})",
+        ) from None
+    reads_errors = getattr(_http, "async_hf_response_event_hook", None)
+    hooks = session.event_hooks
+    session.event_hooks = {**hooks, "response": [hook for hook in hooks["response"] if hook is not reads_errors]}
     return session, headers
 
 
@@ -323,22 +421,42 @@ def retry_after(response: Headed) -> float | None:
     return min(max((when - datetime.now(UTC)).total_seconds(), 0.0), MAX_RETRY_AFTER)
 
 
-def _read_some(response: Reply, limit: int) -> None:
+def rate_limit_reset(response: Headed) -> float | None:
+    """The seconds until a rate limit that has no request left resets, as a 429's ``RateLimit`` header says
+    (``"api";r=0;t=55``, read by huggingface_hub's ``parse_ratelimit_headers``, whose reading ``http_backoff``
+    waits on first), at most :data:`MAX_RETRY_AFTER`; None where it says none, or requests are left."""
+    from huggingface_hub.utils import parse_ratelimit_headers
+
+    limit = parse_ratelimit_headers(response.headers)
+    if limit is None or limit.remaining != 0:
+        return None
+    return min(float(limit.reset_in_seconds), MAX_RETRY_AFTER)
+
+
+def _wait_asked(response: Reply) -> float | None:
+    """How long a reply to be retried asks to be waited for, as ``http_backoff`` reads it: a 429's rate limit
+    first, else ``Retry-After``; None where it asks nothing."""
+    reset = rate_limit_reset(response) if response.status_code == 429 else None
+    return reset if reset is not None else retry_after(response)
+
+
+async def _read_some(response: _Streamed, limit: int) -> None:
     """Read an error reply's body, decoded, up to ``limit`` bytes, and stop there: huggingface_hub's message is
     taken from its start, and the rest, however long, is left unread (the connection is closed with the
     reply)."""
     size = 0
-    for chunk in response.iter_bytes(_CHUNK):
+    async for chunk in response.aiter_bytes():
         size += len(chunk)
         if size >= limit:
             break
 
 
-def _read(response: Reply, where: str, limit: int, *, decoded: bool) -> bytes:
-    """The body, at most ``limit`` bytes (more is refused)."""
+async def _read(response: _Streamed, where: str, limit: int, *, decoded: bool) -> bytes:
+    """The body, at most ``limit`` bytes (more is refused), in the pieces it comes in: re-cut into pieces of one
+    size, 400 MB of scales among the weights took 8% longer."""
     chunks, size = [], 0
-    stream = response.iter_bytes(_CHUNK) if decoded else response.iter_raw(_CHUNK)
-    for chunk in stream:
+    stream = response.aiter_bytes() if decoded else response.aiter_raw()
+    async for chunk in stream:
         size += len(chunk)
         if size > limit:
             raise CheckpointError(where, f"the server sent more than the {limit} bytes asked for")
@@ -349,7 +467,8 @@ def _read(response: Reply, where: str, limit: int, *, decoded: bool) -> bytes:
 @contextmanager
 def _hub_errors(where: str) -> Iterator[None]:
     """Turn whatever ``huggingface_hub``, the network and a server's reply raise into a one-line
-    :class:`CheckpointError`, or a :class:`_Transient` one where another try may succeed."""
+    :class:`CheckpointError`, or a :class:`_Transient` one where another try may succeed. A cancellation (the
+    deadline's, another read's failure, Ctrl-C) and an interrupt are no Exception, and pass."""
     try:
         yield
     except (CheckpointError, _Transient):

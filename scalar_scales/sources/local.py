@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -174,14 +172,6 @@ def read_headers(path: str | os.PathLike[str]) -> list[SafetensorsHeader]:
 class LocalShards:
     """Shards on this machine: each opened once, its header and its scales' values read from that descriptor."""
 
-    network = False
-
-    @staticmethod
-    @contextmanager
-    def progress(total: int) -> Iterator[Callable[[], None]]:
-        """No progress display: local reads are quick, and a check of local files prints only its report."""
-        yield _nothing
-
     @staticmethod
     def read_shard(file: Path, select: ScaleSelector, *, values: bool) -> ShardRead:
         try:
@@ -193,9 +183,9 @@ class LocalShards:
                 found: list[float | None] = [None] * len(indices)
                 if values and indices:
                     found = read_scalars(
-                        [header.dtypes[i] for i in indices],
-                        [header.begins[i] for i in indices],
-                        [header.ends[i] for i in indices],
+                        list(map(header.dtypes.__getitem__, indices)),
+                        list(map(header.begins.__getitem__, indices)),
+                        list(map(header.ends.__getitem__, indices)),
                         lambda begin, end: _read_exactly(f, header.data_start + begin, end - begin),
                         VALUE_SPAN_GAP,
                     )
@@ -218,7 +208,3 @@ VALUE_SPAN_GAP = 1 << 16
 """Scales closer than this are read in one span: a few kilobytes more read costs less than another call."""
 
 LOCAL_SHARDS = LocalShards()
-
-
-def _nothing() -> None:
-    pass

@@ -265,8 +265,6 @@ class StagedShards:
     """Reads a checkpoint's files as staged (``staged``: the staging area's entries of its folder's files, by name),
     each named by its path under ``root``; a Git LFS pointer is read as the object it points to."""
 
-    network = False
-
     def __init__(self, git: _Git, staged: dict[str, list[_Entry]], root: Path) -> None:
         self._git, self._staged, self._root = git, staged, root
         self._sizes: dict[str, int] | None = None
@@ -284,12 +282,6 @@ class StagedShards:
         if mode not in _FILE_MODES:
             raise CheckpointError(label, f"is staged as a submodule (mode {mode}), not a file")
         return entries[0].oid
-
-    @staticmethod
-    @contextmanager
-    def progress(total: int) -> Iterator[Callable[[], None]]:
-        """No progress display: the files are on this machine."""
-        yield lambda: None
 
     def read_file(self, name: str, limit: int) -> bytes:
         """The whole staged file ``name`` (a config, the index): at most ``limit`` bytes, else refused unread."""

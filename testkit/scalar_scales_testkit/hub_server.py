@@ -41,6 +41,7 @@ seen, or could be made, to answer:
 ``503-odd-retry-after-once`` every request's first try: 503, ``Retry-After: ²`` (a digit to ``str.isdigit``)
 ``429-once``        every request's first try: 429 Too Many Requests, ``Retry-After: 1``
 ``503-always``      every request: 503
+``error-gzip-bomb`` every request: 404, its body gzip-encoded in under 1 MB, inflating to 900 MiB
 ==================  =================================================================================
 
 ``HubRepository.misbehave_files`` narrows a misbehaviour to those files (the
@@ -68,9 +69,11 @@ import re
 import struct
 import sys
 import threading
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -107,6 +110,7 @@ MISBEHAVIOURS = (
     "503-odd-retry-after-once",
     "429-once",
     "503-always",
+    "error-gzip-bomb",
 )
 
 
@@ -162,6 +166,21 @@ _FILE_CHUNK = 1 << 16
 """What a whole-file reply writes at a time."""
 _BOMB = gzip.compress(bytes(1 << 30), compresslevel=9)
 """1 GiB of zeros, gzip-compressed (about 1 MB)."""
+
+
+@cache
+def _error_bomb(mebibytes: int = 900) -> bytes:
+    """``mebibytes`` MiB of zeros, gzip-compressed in under 1 MB (a body huggingface_hub's async response hook reads
+    whole): one MiB compressed after a full flush, which makes each the same bytes, repeated, then the trailer."""
+    zeros = bytes(1 << 20)
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    first = compressor.compress(zeros) + compressor.flush(zlib.Z_FULL_FLUSH)
+    block = compressor.compress(zeros) + compressor.flush(zlib.Z_FULL_FLUSH)
+    crc = 0
+    for _ in range(mebibytes):
+        crc = zlib.crc32(zeros, crc)
+    final = b"\x03\x00"  # an empty last block
+    return first + block * (mebibytes - 1) + final + struct.pack("<II", crc, (mebibytes << 20) & 0xFFFFFFFF)
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -244,6 +263,11 @@ def serve_hub(repositories: dict[str, HubRepository], latency: float = 0.0) -> I
             if latency and released.wait(latency):
                 return
             if self._transient(path, first_try):
+                return
+            if self._misbehave == "error-gzip-bomb":
+                message = "Repository not found"
+                headers = {"Content-Encoding": "gzip", "X-Error-Code": "RepoNotFound", "X-Error-Message": message}
+                self._send(404, _error_bomb(), headers)
                 return
             if match := _MODEL_INFO.fullmatch(path):
                 self._model_info(match["repo"], unquote(match["revision"] or "main"))

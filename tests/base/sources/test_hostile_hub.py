@@ -133,6 +133,26 @@ def test_a_range_reply_that_is_not_the_range_asked_for_is_refused_in_bounded_mem
     assert line.startswith("scalar-scales: error: hf://org/model/model-0000") and problem in line
 
 
+def test_an_error_reply_that_inflates_to_900_mib_is_read_in_bounded_memory(tmp_path):
+    """As found when requests moved to huggingface_hub's async session: its response hook reads an error reply's
+    body whole where its Content-Length is under 1 MB, and 933 kB of gzip inflated to 900 MiB (3.8 GB of memory).
+    The hook is taken off the session, and an error's body is read up to 1 MiB."""
+    repository = HubRepository({"main": clean_checkpoint(tmp_path / "ckpt")}, misbehave="error-gzip-bomb")
+    with serve_hub({"org/model": repository}) as (endpoint, _):
+        env = {k: v for k, v in {**os.environ, **client_environment(endpoint, tmp_path)}.items() if v is not None}
+        result = subprocess.run(
+            [sys.executable, "-m", "scalar_scales", "check", "hf://org/model"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            preexec_fn=limited_memory,
+        )
+    assert one_line(result) == (
+        "scalar-scales: error: hf://org/model: repository not found, or private and this token has no access (HTTP 404)"
+    )
+
+
 # Memory stays bounded however a header places its scales.
 
 

@@ -149,6 +149,23 @@ def test_an_opened_repository_knows_its_hub_address_whichever_form_was_given(tmp
     assert result.stdout.strip() == "hf://org/model@main", result.stderr
 
 
+def test_a_repository_is_checked_from_inside_a_running_event_loop(tmp_path):
+    """As a notebook's cell calls it, in an event loop, where another cannot be run: the check's requests run on a
+    loop of their own, in a thread of their own."""
+    script = (
+        "import asyncio\n"
+        "from scalar_scales.scan import scan_shards\n"
+        "from scalar_scales.sources import open_checkpoint\n"
+        "async def cell():\n"
+        "    return len(scan_shards(open_checkpoint('hf://org/model')).shards)\n"
+        "print(asyncio.run(cell()))\n"
+    )
+    with serve_hub({"org/model": HubRepository({"main": make_checkpoint(tmp_path / "ckpt")})}) as (endpoint, _):
+        env = {k: v for k, v in {**os.environ, **client_environment(endpoint, tmp_path)}.items() if v is not None}
+        result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip() == "3", result.stderr
+
+
 def test_a_huggingface_co_address_is_read_through_the_configured_endpoint(tmp_path):
     with serve_hub({"org/model": HubRepository({"main": clean_checkpoint(tmp_path / "ckpt")})}) as (endpoint, served):
         result = run_cli("check", "https://huggingface.co/org/model", env=client_environment(endpoint, tmp_path))
@@ -419,6 +436,16 @@ def test_retry_after_is_read_as_seconds_or_a_date_and_capped(value, seconds):
     from scalar_scales.sources.hub_client import retry_after
 
     assert retry_after(SimpleNamespace(headers={"Retry-After": value})) == seconds
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"), [('"api";r=0;t=5', 5.0), ('"api";r=0;t=55', 30.0), ('"api";r=3;t=5', None), ("", None)]
+)
+def test_a_rate_limit_with_no_request_left_is_waited_out_and_capped(value, seconds):
+    """A 429's ``RateLimit`` header, as huggingface_hub's ``http_backoff`` reads it and waits on first."""
+    from scalar_scales.sources.hub_client import rate_limit_reset
+
+    assert rate_limit_reset(SimpleNamespace(headers={"RateLimit": value})) == seconds
 
 
 # Few requests: one range per shard where the scales lead the data section.
