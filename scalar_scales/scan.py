@@ -13,8 +13,9 @@ their values are judged (vLLM takes them in either shape, and ``migrate``
 leaves them alone), unless ``include`` names them.
 
 Shards are read one after the other, each through one descriptor
-(:meth:`~scalar_scales.sources.checkpoint.ShardSource.read_shard`), or in
-threads for a source on the network, where each read waits on a server. A
+(:meth:`~scalar_scales.sources.checkpoint.ShardSource.read_shard`), or
+together by a source on the network, where each read waits on a server
+(:meth:`~scalar_scales.sources.checkpoint.NetworkShardSource.read_shards`). A
 plain sequential pass is fast enough: parsing the headers is the work, and
 ``benchmarks/check.py`` holds it to a bare ``json.loads`` pass.
 """
@@ -22,33 +23,32 @@ plain sequential pass is fast enough: parsing the headers is the work, and
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from functools import cached_property
 from itertools import repeat
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from scalar_scales.errors import CheckpointError
-from scalar_scales.files.header import SafetensorsHeader, ending_with
+from scalar_scales.files.header import SafetensorsHeader, ending_with, stems
 from scalar_scales.nvfp4 import LAYOUTS, ProducerLayout
 from scalar_scales.sources.checkpoint import (
     INDEX_NAME,
     CheckpointLocation,
+    NetworkShardSource,
     OpenedCheckpoint,
+    ScaleSelector,
     ShardRead,
-    gather,
+    ShardSource,
     shard_name,
 )
 from scalar_scales.sources.declaration import Declaration
 
 __all__ = [
     "KV_SCALES",
-    "NETWORK_READERS",
     "CheckpointScan",
     "IndexDisagreement",
     "ScaleRecord",
@@ -56,8 +56,6 @@ __all__ = [
     "scan_shards",
 ]
 
-NETWORK_READERS = 32
-"""Shards read at once from a source on the network."""
 KV_SCALES = (".k_scale", ".v_scale")
 """The endings of a KV-cache scale's name, in compressed-tensors' layout (``self_attn.k_scale``) and ModelOpt's
 (``self_attn.k_proj.k_scale``) alike."""
@@ -88,6 +86,8 @@ class ShardScan:
     values: list[float | None]
     kv_indices: list[int]
     kv_values: list[float | None]
+    scope: tuple[str, ...] = ()
+    """Endings every scale's name here has: the layout's, where ``include`` named no others."""
 
     @property
     def path(self) -> Path | str:
@@ -108,6 +108,32 @@ class ShardScan:
     @cached_property
     def kv_names(self) -> list[str]:
         return list(map(self.header.names.__getitem__, self.kv_indices))
+
+    def ending_with(self, suffix: str | tuple[str, ...]) -> list[int]:
+        """The positions of the scales whose name ends with ``suffix`` (or one of several). Several rules ask the
+        same of a shard's thousands of scales: each is found once, and the endings every scale has (``scope``)
+        without a pass."""
+        if isinstance(suffix, str):
+            return self.stems(suffix)[0] if suffix else list(range(len(self.indices)))
+        if suffix not in self._endings:
+            every = bool(self.scope) and suffix == self.scope
+            self._endings[suffix] = list(range(len(self.indices))) if every else ending_with(self.names, suffix)
+        return self._endings[suffix]
+
+    def stems(self, suffix: str) -> tuple[list[int], list[str]]:
+        """The positions of the scales whose name ends with ``suffix`` (not empty), and those names without it
+        (:func:`~scalar_scales.files.header.stems`), found once for every rule that asks."""
+        if suffix not in self._stems:
+            self._stems[suffix] = stems(self.names, suffix)
+        return self._stems[suffix]
+
+    @cached_property
+    def _endings(self) -> dict[tuple[str, ...], list[int]]:
+        return {}
+
+    @cached_property
+    def _stems(self) -> dict[str, tuple[list[int], list[str]]]:
+        return {}
 
 
 class IndexDisagreement(NamedTuple):
@@ -158,7 +184,7 @@ class CheckpointScan:
         if self.layout is None:
             return 0
         suffixes = self.layout.scale_suffixes
-        return sum(sum(map(str.endswith, shard.names, repeat(suffixes))) for shard in self.shards)
+        return sum(len(shard.ending_with(suffixes)) for shard in self.shards)
 
     @property
     def kv_scale_count(self) -> int:
@@ -235,12 +261,10 @@ def scan_shards(opened: OpenedCheckpoint, *, include: Sequence[str] = (), read_v
             chosen = sorted({*chosen, *(i for i in ending_with(header.names, KV_SCALES) if is_kv(header, i))})
         return chosen
 
-    def read(file: Any) -> ShardRead:
-        return opened.source.read_shard(file, select, values=read_values)
-
-    reads = _each(read, opened.location.files, network=opened.source.network, progress=opened.source.progress)
+    reads = _each(opened.source, opened.location.files, select, values=read_values)
     layout = checkpoint_layout(opened.declared, [shard.header.names for shard in reads])
     kept = () if layout is None else layout.scale_suffixes
+    scope = () if patterns else kept  # what is left once KV-cache scales are set apart, and other layouts' dropped
     shards = []
     for header, indices, values in reads:
         kv_at = {k for k, i in enumerate(indices) if is_kv(header, i)} if kv else set()
@@ -254,7 +278,7 @@ def scan_shards(opened: OpenedCheckpoint, *, include: Sequence[str] = (), read_v
                 keep = [k for k in keep if names[indices[k]].endswith(kept) or _included(names[indices[k]], patterns)]
             indices, values = [indices[k] for k in keep], [values[k] for k in keep]
         _check_single_values(header, indices)
-        shards.append(ShardScan(header, indices, values, kv_indices, kv_values))
+        shards.append(ShardScan(header, indices, values, kv_indices, kv_values, scope))
     return CheckpointScan(opened, layout, shards)
 
 
@@ -280,44 +304,27 @@ def checkpoint_layout(declared: Declaration | None, shards: Sequence[list[str]])
     return None
 
 
-def _each(
-    read: Callable[[Any], ShardRead],
-    files: Sequence[Any],
-    *,
-    network: bool,
-    progress: Callable[[int], AbstractContextManager[Callable[[], None]]],
-) -> list[ShardRead]:
-    """``read`` of each file, in order: one after the other, or in threads where each read waits on a server. In
-    threads, the first failure ends the pass at once (:func:`~scalar_scales.sources.checkpoint.gather`): reads
-    not started are not, and a network source gives up those in flight, so the error does not wait for every
-    other read to reach its deadline.
-
-    ``progress(total)``: the source's progress display (a Hub check's bar,
-    on a terminal), a context whose value is called as each file is read;
-    it ends before an error is raised, so the error starts on its own line.
-    """
-    if not network or len(files) < 2:
-        return list(map(read, files))
-    with progress(len(files)) as advance:
-
-        def read_one(file: Any) -> ShardRead:
-            found = read(file)
-            advance()
-            return found
-
-        pool = ThreadPoolExecutor(
-            max_workers=min(NETWORK_READERS, len(files)), thread_name_prefix="scalar-scales-shard"
-        )
-        try:
-            return gather([pool.submit(read_one, file) for file in files])
-        finally:
-            pool.shutdown(wait=False, cancel_futures=True)
+def _each(source: ShardSource, files: Sequence[Any], select: ScaleSelector, *, values: bool) -> list[ShardRead]:
+    """Each file's read, in order: one after the other, or, from a source on the network, together
+    (:meth:`~scalar_scales.sources.checkpoint.NetworkShardSource.read_shards`: a bounded number at once, with its
+    progress display, and the first failure ending the others' reads, so that the error does not wait for every
+    other read to reach its deadline)."""
+    if isinstance(source, NetworkShardSource):
+        return source.read_shards(files, select, values=values)
+    return [source.read_shard(file, select, values=values) for file in files]
 
 
 def _agrees_with(weight_map: dict[str, str]) -> Callable[[ShardScan], bool]:
     def agrees(shard: ShardScan) -> bool:
         file = shard_name(shard.path)
-        return all(map(operator.eq, map(weight_map.get, shard.header.names), repeat(file)))
+        names = shard.header.names
+        if len(names) < 2:
+            return all(weight_map.get(name) == file for name in names)
+        try:
+            listed: tuple[str, ...] = itemgetter(*names)(weight_map)  # one call for all the lookups
+        except KeyError:
+            return False
+        return listed.count(file) == len(names)
 
     return agrees
 
@@ -327,7 +334,7 @@ def _included(name: str, include: Sequence[str]) -> bool:
 
 
 def _check_single_values(header: SafetensorsHeader, indices: list[int]) -> None:
-    shapes = {header.shapes[i] for i in indices}
+    shapes = set(map(header.shapes.__getitem__, indices))
     if shapes <= {(), (1,)}:
         return
     i = next(i for i in indices if header.shapes[i] not in ((), (1,)))

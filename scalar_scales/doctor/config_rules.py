@@ -33,13 +33,13 @@ from scalar_scales.files.header import ending_with
 from scalar_scales.nvfp4 import COMPRESSED_TENSORS, MODELOPT
 
 __all__ = [
+    "input_scale_for_weight_only",
     "kv_scales_missing",
     "kv_scales_undeclared",
     "nvfp4_undeclared",
     "quantized_but_ignored",
     "quantized_but_not_targeted",
     "targeted_but_not_nvfp4",
-    "input_scale_for_weight_only",
 ]
 
 

@@ -50,6 +50,9 @@ class Expectations:
         if self.matcher is None:
             return [((), False)] * len(modules)
         verdicts = self.matcher.classify_each(modules, kind)
+        if verdicts and verdicts.count(verdicts[0]) == len(verdicts):  # one verdict for all, as nearly always
+            groups, ignored = verdicts[0]
+            return [(tuple(group for group in groups if group.nvfp4), ignored)] * len(verdicts)
         distinct = dict(zip(map(id, verdicts), verdicts, strict=True))
         narrowed = {
             key: (tuple(group for group in groups if group.nvfp4), ignored)

@@ -140,6 +140,8 @@ class Matcher:
         if self.declared.producer == MODELOPT or patterns.patterns:
             return [self.classify(module, kind) for module in modules]
         verdict, names = self._by_kind[kind], self._names
+        if names.isdisjoint(modules):  # as in nearly every config: no entry names a module
+            return [verdict] * len(modules)
         return [verdict if module not in names else self.classify(module, kind) for module in modules]
 
     def classify(self, module: str, kind: Kind) -> Verdict:

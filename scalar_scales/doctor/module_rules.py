@@ -166,10 +166,14 @@ def weight_scale_shape(checkpoint: CheckpointView) -> Iterator[Found]:
         checkpoint.expectations,
     )
     uniform = expectations.uniform_group_size
+    weights, scales = modules.members[layout.weight], modules.members[layout.weight_scale]
+    if uniform is not None and absent not in scales:  # as nearly every checkpoint: decided on whole columns
+        packed_shapes = list(map(shapes.__getitem__, weights))
+        expected_of = {packed: _scale_shape(packed, uniform) for packed in set(packed_shapes)}
+        if list(map(expected_of.__getitem__, packed_shapes)) == list(map(shapes.__getitem__, scales)):
+            return
     needed: dict[tuple[tuple[int, ...], int], tuple[int, ...] | None] = {}
-    for base, weight, scale in zip(
-        modules.bases, modules.members[layout.weight], modules.members[layout.weight_scale], strict=True
-    ):
+    for base, weight, scale in zip(modules.bases, weights, scales, strict=True):
         if scale == absent:
             continue
         size = uniform if uniform is not None else expectations.group_size(base)
@@ -220,6 +224,8 @@ def wrong_dtype(checkpoint: CheckpointView) -> Iterator[Found]:
     modules, absent, dtypes = checkpoint.nvfp4, checkpoint.absent, checkpoint.dtypes
     for leaf, column in modules.members.items():
         expected = layout.dtypes[leaf]
+        if absent not in column and list(map(dtypes.__getitem__, column)).count(expected) == len(column):
+            continue  # as nearly every checkpoint: decided at C speed
         for base, at in zip(modules.bases, column, strict=True):
             if at != absent and dtypes[at] != expected:
                 yield (f"{base}.{leaf}", checkpoint.file_of(at), *_dtype_message(leaf, dtypes[at], layout))

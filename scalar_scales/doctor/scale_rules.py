@@ -25,7 +25,6 @@ from scalar_scales.doctor.examples import (
 )
 from scalar_scales.doctor.rules import Found, checkpoint_rule, shard_rule
 from scalar_scales.doctor.view import CheckpointView, ShardView
-from scalar_scales.files.header import ending_with
 from scalar_scales.nvfp4 import (
     COMPRESSED_TENSORS,
     FORMAT_VERSION_KEY,
@@ -61,6 +60,7 @@ member is the one an expert's ``w13`` keeps."""
 _INPUT_BOUND = {layout.producer: layout.other_convention_bound(layout.input_global) for layout in LAYOUTS.values()}
 """Past what value an input scale is the other convention's, in each layout (NV302's explanation gives them)."""
 _PARTNERS_OF = {member: group for group in FUSED_PARTNERS for member in group}
+_LEGACY = (1,)
 _EXPERT = re.compile(r"\.experts\.\d+$")
 
 
@@ -95,7 +95,9 @@ _EXPERT = re.compile(r"\.experts\.\d+$")
         """,
 )
 def legacy_scale_shape(shard: ShardView) -> Iterator[Found]:
-    legacy = compress(shard.names, map(operator.eq, shard.shapes, repeat((1,))))
+    shapes = shard.shapes
+    every = shapes.count(_LEGACY) == len(shapes)  # as in every legacy checkpoint: no comparison left to make
+    legacy = shard.names if every else compress(shard.names, map(operator.eq, shapes, repeat(_LEGACY)))
     return zip(legacy, repeat(shard.file), repeat("shape (1,)"), repeat(_legacy_why(shard.layout)))
 
 
@@ -185,7 +187,7 @@ def _marked(checkpoint: CheckpointView) -> tuple[str | None, int]:
         return None, 0
     scales = legacy = 0
     for shard in checkpoint.shards:
-        at = ending_with(shard.names, scan.layout.scale_suffixes)
+        at = shard.ending_with(scan.layout.scale_suffixes)
         shapes = shard.shapes if len(at) == len(shard.names) else list(map(shard.shapes.__getitem__, at))
         scales, legacy = scales + len(at), legacy + shapes.count((1,))
     return (declared.source or "config.json", legacy) if scales else (None, 0)
@@ -292,7 +294,7 @@ def other_convention(shard: ShardView) -> Iterator[Found]:
     below = layout.other_convention_below
     for leaf in (layout.weight_global, layout.input_global):  # a scale --include adds is held to no convention
         bound = layout.other_convention_bound(leaf)
-        at = ending_with(shard.names, f".{leaf}")
+        at = shard.ending_with(f".{leaf}")
         values = list(map(shard.values.__getitem__, at))
         numbers = _numbers(values)
         if numbers is not None and (not numbers or (min(numbers) >= bound if below else max(numbers) <= bound)):
@@ -343,14 +345,21 @@ def fused_scales_differ(checkpoint: CheckpointView) -> Iterator[Found]:
     layout = checkpoint.layout
     if layout is None:
         return
-    modules, values, files = _weight_global_scales(checkpoint, layout)
+    modules, at, found = checkpoint.scales_of(layout.weight_global)
+    values = _numbers(found)
+    if values is None:  # a value not read, or NaN: no partner to differ with
+        read = [k for k, value in enumerate(found) if value is not None and not math.isnan(value)]
+        modules, at, values = [modules[k] for k in read], [at[k] for k in read], [cast(float, found[k]) for k in read]
     value_of = dict(zip(modules, values, strict=True))
-    file_of = dict(zip(modules, files, strict=True))
     split = list(map(str.rpartition, modules, repeat(".")))
     owners, projections = list(map(_FIRST, split)), list(map(_LAST, split))
+    held_projections = set(projections)
+    index_of: dict[str, int] = {}
     for partners in FUSED_PARTNERS:
         settled: set[str] = set()
         for k, first in enumerate(partners[:-1]):  # the last partner holds no one to compare with
+            if first not in held_projections:
+                continue
             holding = compress(owners, map(operator.eq, projections, repeat(first)))
             parents = [parent for parent in holding if parent not in settled] if settled else list(holding)
             settled.update(parents)
@@ -361,30 +370,9 @@ def fused_scales_differ(checkpoint: CheckpointView) -> Iterator[Found]:
                     value = held[j]
                     if value is not None:  # a member the module lacks is no partner to differ
                         module = f"{parents[j]}.{member}"
+                        index_of = index_of or dict(zip(modules, at, strict=True))
                         message = _partner_message(parents[j], first, kept[j], value, layout)
-                        yield (f"{module}.{layout.weight_global}", file_of[module], *message)
-
-
-def _weight_global_scales(
-    checkpoint: CheckpointView, layout: ProducerLayout
-) -> tuple[list[str], list[float], list[str]]:
-    """Every weight global scale with a value (not NaN): its module, its value and its file, as columns."""
-    suffix = f".{layout.weight_global}"
-    cut = slice(None, -len(suffix))
-    modules: list[str] = []
-    values: list[float] = []
-    files: list[str] = []
-    for shard in checkpoint.shards:
-        at = ending_with(shard.names, suffix)
-        found = list(map(shard.values.__getitem__, at))
-        numbers = _numbers(found)
-        if numbers is None:
-            at = [i for i, value in zip(at, found, strict=True) if value is not None and not math.isnan(value)]
-            numbers = [value for value in found if value is not None and not math.isnan(value)]
-        modules += map(operator.getitem, map(shard.names.__getitem__, at), repeat(cut))
-        values += numbers
-        files += repeat(shard.file, len(at))
-    return modules, values, files
+                        yield (f"{module}.{layout.weight_global}", checkpoint.file_of(index_of[module]), *message)
 
 
 def _numbers(values: list[float | None]) -> list[float] | None:

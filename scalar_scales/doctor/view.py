@@ -10,15 +10,16 @@ on whole columns: a large MoE has tens of thousands of modules.
 
 from __future__ import annotations
 
-import operator
+from bisect import bisect_right
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import accumulate, chain, repeat
 
 from scalar_scales.doctor.expectations import Expectations
 from scalar_scales.doctor.matching import Kind, Verdict, module_kind
-from scalar_scales.files.header import ending_with
+from scalar_scales.files.header import stems
 from scalar_scales.nvfp4 import ProducerLayout
 from scalar_scales.scan import KV_SCALES, CheckpointScan, ShardScan
 
@@ -41,10 +42,22 @@ class ShardView:
     layout: ProducerLayout | None
     kv_names: list[str]
     kv_values: list[float | None]
+    ending_with: Callable[[str | tuple[str, ...]], list[int]]
+    """The positions of the scales whose name ends with a suffix (or one of several): :meth:`ShardScan.ending_with`,
+    which finds each once for every rule that asks."""
 
     @classmethod
     def of(cls, shard: ShardScan, layout: ProducerLayout | None) -> ShardView:
-        return cls(str(shard.path), shard.names, shard.shapes, shard.values, layout, shard.kv_names, shard.kv_values)
+        return cls(
+            str(shard.path),
+            shard.names,
+            shard.shapes,
+            shard.values,
+            layout,
+            shard.kv_names,
+            shard.kv_values,
+            shard.ending_with,
+        )
 
 
 @dataclass(frozen=True)
@@ -77,8 +90,8 @@ class CheckpointView:
         self.dtypes: list[str] = list(chain.from_iterable(header.dtypes for header in headers))
         self.shapes: list[tuple[int, ...]] = list(chain.from_iterable(header.shapes for header in headers))
         self._files = [str(header.path) for header in headers]
-        self._shard_of: list[int] = list(chain.from_iterable(repeat(k, len(h.names)) for k, h in enumerate(headers)))
         self._ending_in: dict[str, tuple[list[str], list[int]]] = {}
+        self._scales_ending_in: dict[str, tuple[list[str], list[int], list[float | None]]] = {}
         self._starts = list(accumulate((len(header.names) for header in headers), initial=0))[:-1]
         """Where each shard's tensors start in the table."""
 
@@ -92,7 +105,7 @@ class CheckpointView:
         return len(self.names)
 
     def file_of(self, index: int) -> str:
-        return self._files[self._shard_of[index]]
+        return self._files[bisect_right(self._starts, index) - 1]
 
     @cached_property
     def shards(self) -> list[ShardView]:
@@ -110,19 +123,24 @@ class CheckpointView:
     def _tensors_of(self, leaf: str) -> tuple[list[str], list[int]]:
         """The tensors whose name's last part is ``leaf``, in order: their modules' names, and their indices."""
         if leaf not in self._ending_in:
-            at = ending_with(self.names, "." + leaf)
-            self._ending_in[leaf] = _modules_of(self.names, at, leaf), at
+            at, modules = stems(self.names, "." + leaf)
+            self._ending_in[leaf] = modules, at
         return self._ending_in[leaf]
 
-    def _scales_of(self, leaf: str) -> tuple[list[str], list[int]]:
-        """:meth:`_tensors_of` a per-tensor scale's leaf, found among the scan's scales rather than every tensor."""
-        modules: list[str] = []
-        indices: list[int] = []
-        for start, shard in zip(self._starts, self.scan.shards, strict=True):
-            at = ending_with(shard.names, "." + leaf)
-            modules += _modules_of(shard.names, at, leaf)
-            indices += map(start.__add__, map(shard.indices.__getitem__, at))
-        return modules, indices
+    def scales_of(self, leaf: str) -> tuple[list[str], list[int], list[float | None]]:
+        """The per-tensor scales whose name's last part is ``leaf``, found among the scan's scales rather than every
+        tensor, in order: their modules' names, their indices in the table, and their values."""
+        if leaf not in self._scales_ending_in:
+            modules: list[str] = []
+            indices: list[int] = []
+            values: list[float | None] = []
+            for start, shard in zip(self._starts, self.scan.shards, strict=True):
+                at, stemmed = shard.stems("." + leaf)
+                modules += stemmed
+                indices += map(start.__add__, map(shard.indices.__getitem__, at))
+                values += map(shard.values.__getitem__, at)
+            self._scales_ending_in[leaf] = modules, indices, values
+        return self._scales_ending_in[leaf]
 
     @cached_property
     def nvfp4(self) -> NvFp4Modules:
@@ -132,7 +150,7 @@ class CheckpointView:
         if layout is None:
             return NvFp4Modules([], {})
         held = {leaf: self._tensors_of(leaf) for leaf in (layout.weight, layout.weight_scale)}
-        held |= {leaf: self._scales_of(leaf) for leaf in (layout.weight_global, layout.input_global)}
+        held |= {leaf: self.scales_of(leaf)[:2] for leaf in (layout.weight_global, layout.input_global)}
         bases, packed = held[layout.weight]
         if layout.weight_named_plainly:
             scaled, dtypes = set(held[layout.weight_global][0]), self.dtypes
@@ -156,8 +174,9 @@ class CheckpointView:
         modules: dict[Kind, list[str]] = {"nvfp4": self.nvfp4.bases, "quantized": [], "linear": []}
         if self.layout is not None:
             dtypes, shapes = self.dtypes, self.shapes
-            packed = set(self.nvfp4.bases)
-            others = {base: i for base, i in self.ending_in("weight").items() if base not in packed}
+            weights = self.ending_in("weight")
+            packed = set(self.nvfp4.bases) if weights else set()
+            others = {base: i for base, i in weights.items() if base not in packed}
             routers = self.ending_in("e_score_correction_bias") if others else {}
             for base, i in others.items():
                 kind = module_kind(base, (dtypes[i], shapes[i]), packed=False, extra=base in routers)
@@ -171,6 +190,10 @@ class CheckpointView:
         """The modules the rules judged, by (the NVFP4 group that quantizes them, or None; their kind)."""
         counted: ModuleCounts = Counter()
         for kind, verdicts in self.classified.verdicts.items():
+            if verdicts and verdicts.count(verdicts[0]) == len(verdicts):  # one verdict for all, as nearly always
+                groups, ignored = verdicts[0]
+                counted[(groups[0].name if groups and not ignored else None, kind)] += len(verdicts)
+                continue
             distinct = dict(zip(map(id, verdicts), verdicts, strict=True))  # a few distinct verdicts, shared
             for key, n in Counter(map(id, verdicts)).items():
                 groups, ignored = distinct[key]
@@ -181,9 +204,3 @@ class CheckpointView:
     def kv_scales(self) -> int:
         """How many ``k_scale``/``v_scale`` tensors the shards hold."""
         return sum(map(str.endswith, self.names, repeat(KV_SCALES)))
-
-
-def _modules_of(names: list[str], at: list[int], leaf: str) -> list[str]:
-    """The modules of the tensors ``at``, each named ``<module>.<leaf>``."""
-    cut = slice(None, -len(leaf) - 1)
-    return list(map(operator.getitem, map(names.__getitem__, at), repeat(cut)))

@@ -28,10 +28,10 @@ from scalar_scales.files.scalars import decode_scalar, read_scalars
 
 __all__ = [
     "DTYPE_BITS",
-    "FileIdentity",
-    "TEMPORARY_NAME",
     "MAX_HEADER_BYTES",
     "MAX_JSON_BYTES",
+    "TEMPORARY_NAME",
+    "FileIdentity",
     "HeaderEdit",
     "Layout",
     "MarkerEdit",
@@ -39,7 +39,6 @@ __all__ = [
     "TensorEntry",
     "create_exclusive",
     "decode_scalar",
-    "read_scalars",
     "ending_with",
     "file_identity",
     "header_length_of",
@@ -50,6 +49,7 @@ __all__ = [
     "plan_header_edit",
     "read_header",
     "read_json_object",
+    "read_scalars",
     "remove_stale",
     "replaced",
     "set_format_version",

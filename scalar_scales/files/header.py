@@ -98,17 +98,18 @@ from typing import NamedTuple, NoReturn, TypeGuard
 from scalar_scales.errors import CheckpointError
 
 __all__ = [
-    "FileIdentity",
-    "SafetensorsHeader",
-    "TensorEntry",
-    "file_identity",
     "DTYPE_BITS",
     "LFS_POINTER_START",
     "MAX_HEADER_BYTES",
+    "FileIdentity",
+    "SafetensorsHeader",
+    "TensorEntry",
     "ending_with",
+    "file_identity",
     "header_length_of",
     "parse_header",
     "read_header",
+    "stems",
 ]
 
 MAX_HEADER_BYTES = 100_000_000
@@ -152,7 +153,6 @@ _MAX_DEPTH = 127
 _METADATA_KEY = "__metadata__"
 _ENTRY_FIELDS = ("dtype", "shape", "data_offsets")
 _DTYPE, _SHAPE, _OFFSETS = map(operator.itemgetter, _ENTRY_FIELDS)
-_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
 _KNOWN_DTYPES = {dtype: dtype for dtype in DTYPE_BITS}
 _NEGATIVE_ZERO = re.compile(rb"[\[,:][ \t\n\r]*-0(?![0-9.eE])")
 """``-0`` as a JSON number (or, rarely, as text in a string: that only sends a header the careful way)."""
@@ -235,7 +235,23 @@ class _Columns(NamedTuple):
 def ending_with(names: list[str], suffix: str | tuple[str, ...]) -> list[int]:
     """The indices of the names that end with ``suffix`` (or one of several), found at C speed: a large MoE's
     shard has thousands of tensors."""
+    one = suffix[0] if isinstance(suffix, tuple) and len(suffix) == 1 else suffix
+    if isinstance(one, str) and one:
+        return stems(names, one)[0]
     return list(compress(range(len(names)), map(str.endswith, names, repeat(suffix))))
+
+
+def stems(names: list[str], suffix: str) -> tuple[list[int], list[str]]:
+    """The indices of the names that end with ``suffix`` (not empty), and each one's name without it.
+
+    ``str.removesuffix`` takes its one argument as a fast call, where
+    ``str.endswith`` parses its optional ones on every call: over a large
+    MoE's 132,096 names, the two passes here take 70% of the time of one
+    ``endswith`` pass, and give the stems (a module's name) besides.
+    """
+    cut = list(map(str.removesuffix, names, repeat(suffix)))
+    at = list(compress(range(len(names)), map(operator.ne, cut, names)))
+    return at, list(map(cut.__getitem__, at))
 
 
 def read_header(path: str | os.PathLike[str]) -> SafetensorsHeader:
@@ -359,8 +375,8 @@ def _read_plain(raw: bytes, text: str) -> _Columns | None:
     try:
         dtypes = list(map(_KNOWN_DTYPES.__getitem__, map(_DTYPE, specs)))
         shapes, offsets = list(map(_SHAPE, specs)), list(map(_OFFSETS, specs))
-        begins, ends = list(map(_FIRST, offsets)), list(map(_SECOND, offsets))
-    except (KeyError, TypeError, IndexError):  # not an object of the three fields, an unknown dtype, no pair
+        begins, ends = map(list, zip(*offsets, strict=False)) if offsets else ([], [])
+    except (KeyError, TypeError, ValueError):  # not an object of the three fields, an unknown dtype, no pair
         return None
     del specs
     if not {list} >= set(map(type, shapes)) or not {2} >= set(map(len, offsets)):
@@ -375,7 +391,14 @@ def _read_plain(raw: bytes, text: str) -> _Columns | None:
     keys += len(_ENTRY_FIELDS) * len(names) + len(metadata or ())
     if colons != keys and (escapes or colons != keys + "".join(_strings(names, metadata)).count(":")):
         return None  # a key given twice, or a colon in a string the count cannot see
-    return _Columns(names, dtypes, list(map(tuple, shapes)), begins, ends, metadata, plain=True)
+    return _Columns(names, dtypes, _shared(list(map(tuple, shapes))), begins, ends, metadata, plain=True)
+
+
+def _shared(shapes: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """``shapes``, each equal shape one object: a header's many tensors have few shapes, and every later lookup of
+    a shape (here, and in the rules) then compares it as the same object."""
+    distinct: dict[tuple[int, ...], tuple[int, ...]] = {}
+    return list(map(distinct.setdefault, shapes, shapes))
 
 
 def _strings(names: list[str], metadata: dict[str, str] | None) -> Iterator[str]:
@@ -558,22 +581,11 @@ def _bit_count(elements: int | None, bits: int) -> int | None:
     return elements * bits
 
 
-def _as_needed(
-    held_bits: list[int],
-    elements: dict[tuple[int, ...], int | None],
-    shapes: list[tuple[int, ...]],
-    dtypes: list[str],
-    covered: int,
-) -> bool:
-    """Whether every tensor holds the bits its shape and dtype need, computed as the reference does, in 64 bits.
-
-    Every tensor lies within ``covered`` bytes, so while that is under 2^61
-    no bit count that matches what a tensor holds can overflow.
-    """
-    if None in elements.values():
-        return False
-    needed = list(map(operator.mul, map(elements.__getitem__, shapes), map(DTYPE_BITS.__getitem__, dtypes)))
-    return needed == held_bits and (covered < 1 << 61 or max(needed, default=0) < _USIZE_END)
+def _byte_count(elements: int | None, bits: int) -> int | None:
+    """The bytes a tensor of ``elements`` elements of ``bits`` bits needs, as the reference counts them in 64 bits;
+    None where that overflows, or is no whole number of bytes."""
+    needed = _bit_count(elements, bits)
+    return None if needed is None or needed % 8 else needed // 8
 
 
 def _validate(path: Path | str, columns: _Columns, data_size: int) -> None:
@@ -587,29 +599,23 @@ def _validate(path: Path | str, columns: _Columns, data_size: int) -> None:
         order = sorted(range(len(names)), key=lambda i: (begins[i], ends[i]))
         sorted_begins = list(map(begins.__getitem__, order))
         sorted_ends = list(map(ends.__getitem__, order))
-    if (
-        sorted_begins[:1] not in ([], [0])
-        or sorted_begins[1:] != sorted_ends[:-1]
-        or not all(map(operator.le, sorted_begins, sorted_ends))
-    ):
-        k = next(
-            k
-            for k in range(len(order))
-            if sorted_begins[k] != (sorted_ends[k - 1] if k else 0) or sorted_ends[k] < sorted_begins[k]
-        )
-        expected = sorted_ends[k - 1] if k else 0
-        i = order[k]
-        raise CheckpointError(
-            path,
-            f"data_offsets [{begins[i]}, {ends[i]}] do not start where the tensors before end ({expected}): "
-            "tensors must tile the data section without gap or overlap",
-            tensor=names[i],
-        )
+        if sorted_begins[:1] not in ([], [0]) or sorted_begins[1:] != sorted_ends[:-1]:
+            _refuse_tiling(path, columns, order, sorted_begins, sorted_ends)
     covered = sorted_ends[-1] if sorted_ends else 0  # so every offset is in [0, covered]
-    elements = {shape: _element_count(shape) for shape in set(shapes)}
-    held_bits = list(map(operator.mul, map(operator.sub, ends, begins), repeat(8)))
-    if not _as_needed(held_bits, elements, shapes, dtypes, covered):
-        i = next(i for i in range(len(names)) if _bit_count(elements[shapes[i]], DTYPE_BITS[dtypes[i]]) != held_bits[i])
+    distinct_shapes, distinct_dtypes = set(shapes), set(dtypes)
+    if len(distinct_shapes) * len(distinct_dtypes) <= len(names):  # every pair of a few shapes and a few dtypes
+        kinds = {(shape, dtype) for shape in distinct_shapes for dtype in distinct_dtypes}
+    else:
+        kinds = set(zip(shapes, dtypes, strict=True))
+    elements = {shape: _element_count(shape) for shape in distinct_shapes}
+    needs = {(shape, dtype): _byte_count(elements[shape], DTYPE_BITS[dtype]) for shape, dtype in kinds}
+    held = list(map(operator.sub, ends, begins))
+    if list(map(needs.__getitem__, zip(shapes, dtypes, strict=True))) != held:
+        # A tensor that ends before it begins breaks the tiling, and holds no byte count a tensor can need: it is
+        # found here, where the sizes differ, and refused as the tiling's break, which it is.
+        if not all(map(operator.le, sorted_begins, sorted_ends)):
+            _refuse_tiling(path, columns, order, sorted_begins, sorted_ends)
+        i = next(i for i in range(len(names)) if needs[shapes[i], dtypes[i]] != held[i])
         needed = _bit_count(elements[shapes[i]], DTYPE_BITS[dtypes[i]])
         if needed is None:
             problem = f"{dtypes[i]} x {list(shapes[i])} overflows a 64-bit byte count"
@@ -624,3 +630,24 @@ def _validate(path: Path | str, columns: _Columns, data_size: int) -> None:
             f"tensors cover {covered} bytes but the data section holds {data_size}: "
             "the file must end where the last tensor ends",
         )
+
+
+def _refuse_tiling(
+    path: Path | str, columns: _Columns, order: Sequence[int], sorted_begins: list[int], sorted_ends: list[int]
+) -> NoReturn:
+    """Name the first tensor, in offset order, that does not start where the ones before it end, or that ends
+    before it starts."""
+    names, begins, ends = columns.names, columns.begins, columns.ends
+    k = next(
+        k
+        for k in range(len(order))
+        if sorted_begins[k] != (sorted_ends[k - 1] if k else 0) or sorted_ends[k] < sorted_begins[k]
+    )
+    expected = sorted_ends[k - 1] if k else 0
+    i = order[k]
+    raise CheckpointError(
+        path,
+        f"data_offsets [{begins[i]}, {ends[i]}] do not start where the tensors before end ({expected}): "
+        "tensors must tile the data section without gap or overlap",
+        tensor=names[i],
+    )
