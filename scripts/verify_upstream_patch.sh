@@ -49,8 +49,9 @@ SRC=compressed_tensors-$VERSION
 echo "upstream/compressed-tensors.patch applies with patch -p1 to the compressed-tensors $VERSION sdist"
 
 # The unpatched tree's run depends on nothing of ours: its result is kept, keyed by the sdist's and the
-# environment's content (every installed distribution, by version), and reused while both are unchanged.
-BASELINE_KEY=$( (sha256sum < "$SDIST"; "$PYTHON" -m pip freeze --all 2>/dev/null | grep -vi "scalar") | sha256sum | cut -c1-32)
+# environment's content (every installed distribution, by version) and the seeding plugin's, and reused while
+# they are unchanged. Every test of both runs starts from one random state (scripts/upstream_seed.py).
+BASELINE_KEY=$( (cat "$SDIST" "$ROOT/scripts/upstream_seed.py" | sha256sum; "$PYTHON" -m pip freeze --all 2>/dev/null | grep -vi "scalar") | sha256sum | cut -c1-32)
 BASELINE=$CACHE/unpatched-$BASELINE_KEY.xml
 TREES=(patched)
 if [[ -f $BASELINE && -f $BASELINE.complete ]]; then
@@ -64,7 +65,7 @@ for tree in "${TREES[@]}"; do
   quiet_pip install --no-deps --target "$WORK/$tree/site" "$WORK/$tree/wheel"/*.whl
   built=$(PYTHONPATH="$WORK/$tree/site" "$PYTHON" -c "import compressed_tensors as c; print(c.__version__, c.__file__)")
   echo "$tree build: compressed-tensors $built"
-  (cd "$WORK/$tree/$SRC" && PYTHONPATH="$WORK/$tree/site" "$PYTHON" -m pytest -p no:cacheprovider -q -o addopts="" \
+  (cd "$WORK/$tree/$SRC" && PYTHONPATH="$WORK/$tree/site:$ROOT/scripts" "$PYTHON" -m pytest -p no:cacheprovider -p upstream_seed -q -o addopts="" \
     --junitxml="$WORK/$tree.xml" tests > "$WORK/$tree.log" 2>&1) || true
   tail -1 "$WORK/$tree.log"
   if [[ $tree == unpatched ]]; then
