@@ -106,6 +106,20 @@ def limited_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
 
 
+def check_in_limited_memory(repository: HubRepository, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """``check hf://org/model`` served ``repository``, in a process that may map no more than :func:`limited_memory`."""
+    with serve_hub({"org/model": repository}) as (endpoint, _):
+        env = {k: v for k, v in {**os.environ, **client_environment(endpoint, tmp_path)}.items() if v is not None}
+        return subprocess.run(
+            [sys.executable, "-m", "scalar_scales", "check", "hf://org/model"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            preexec_fn=limited_memory,
+        )
+
+
 @pytest.mark.parametrize(
     ("misbehave", "problem"),
     [
@@ -119,16 +133,7 @@ def test_a_range_reply_that_is_not_the_range_asked_for_is_refused_in_bounded_mem
     """As found: from offset 0 it invented NV301-NV303; oversized and inflated bodies were accepted into memory
     (725 MB, 6.3 GB); a short one gave a struct.error traceback."""
     repository = HubRepository({"main": scales_beyond_the_first_read(tmp_path / "ckpt")}, misbehave=misbehave)
-    with serve_hub({"org/model": repository}) as (endpoint, _):
-        env = {k: v for k, v in {**os.environ, **client_environment(endpoint, tmp_path)}.items() if v is not None}
-        result = subprocess.run(
-            [sys.executable, "-m", "scalar_scales", "check", "hf://org/model"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            preexec_fn=limited_memory,
-        )
+    result = check_in_limited_memory(repository, tmp_path)
     line = one_line(result)
     assert line.startswith("scalar-scales: error: hf://org/model/model-0000") and problem in line
 
@@ -138,16 +143,7 @@ def test_an_error_reply_that_inflates_to_900_mib_is_read_in_bounded_memory(tmp_p
     body whole where its Content-Length is under 1 MB, and 933 kB of gzip inflated to 900 MiB (3.8 GB of memory).
     The hook is taken off the session, and an error's body is read up to 1 MiB."""
     repository = HubRepository({"main": clean_checkpoint(tmp_path / "ckpt")}, misbehave="error-gzip-bomb")
-    with serve_hub({"org/model": repository}) as (endpoint, _):
-        env = {k: v for k, v in {**os.environ, **client_environment(endpoint, tmp_path)}.items() if v is not None}
-        result = subprocess.run(
-            [sys.executable, "-m", "scalar_scales", "check", "hf://org/model"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            preexec_fn=limited_memory,
-        )
+    result = check_in_limited_memory(repository, tmp_path)
     assert one_line(result) == (
         "scalar-scales: error: hf://org/model: repository not found, or private and this token has no access (HTTP 404)"
     )
