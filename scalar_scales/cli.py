@@ -63,7 +63,6 @@ from scalar_scales.environment import SwitchValueError, read_command_line_switch
 from scalar_scales.errors import CheckpointError, Interrupted, StoppedAfterWriting, escaped
 from scalar_scales.nvfp4 import MODELOPT
 from scalar_scales.sources import HubShards, is_hub_address, open_checkpoint
-from scalar_scales.sources.staged import open_staged
 
 if TYPE_CHECKING:
     from scalar_scales.migrate import MigrationReport
@@ -365,7 +364,12 @@ def _check(args: argparse.Namespace) -> int:
         args.parser.error(
             f"--quiet prints the summary line alone; it cannot be given with {'--list' if args.list else '--show-all'}"
         )
-    opened = open_staged(args.path) if args.staged else open_checkpoint(args.path)
+    if args.staged:
+        from scalar_scales.sources.staged import open_staged  # git's reader, which a check of a folder never needs
+
+        opened = open_staged(args.path)
+    else:
+        opened = open_checkpoint(args.path)
     if opened is None:
         _emit_lines([f"{args.path}: nothing to check: the staged changes touch none of its files"])
         return 0
