@@ -17,7 +17,8 @@ Shards are read one after the other, each through one descriptor
 together by a source on the network, where each read waits on a server
 (:meth:`~scalar_scales.sources.checkpoint.NetworkShardSource.read_shards`). A
 plain sequential pass is fast enough: parsing the headers is the work, and
-``benchmarks/check.py`` holds it to a bare ``json.loads`` pass.
+``benchmarks/check.py`` holds ``check`` to a bare ``json.loads`` and ``struct``
+pass over the same checkpoint.
 """
 
 from __future__ import annotations
@@ -109,30 +110,27 @@ class ShardScan:
     def kv_names(self) -> list[str]:
         return list(map(self.header.names.__getitem__, self.kv_indices))
 
-    def ending_with(self, suffix: str | tuple[str, ...]) -> list[int]:
+    def ending_with(self, suffix: str | tuple[str, ...]) -> Sequence[int]:
         """The positions of the scales whose name ends with ``suffix`` (or one of several). Several rules ask the
         same of a shard's thousands of scales: each is found once, and the endings every scale has (``scope``)
         without a pass."""
-        if isinstance(suffix, str):
-            return self.stems(suffix)[0] if suffix else list(range(len(self.indices)))
         if suffix not in self._endings:
-            every = bool(self.scope) and suffix == self.scope
-            self._endings[suffix] = list(range(len(self.indices))) if every else ending_with(self.names, suffix)
+            if suffix == "" or (bool(self.scope) and (suffix == self.scope or (suffix,) == self.scope)):
+                self._endings[suffix] = range(len(self.indices))
+            else:
+                self._endings[suffix] = ending_with(self.names, suffix)
         return self._endings[suffix]
 
-    def stems(self, suffix: str) -> tuple[list[int], list[str]]:
+    def stems(self, suffix: str) -> tuple[Sequence[int], list[str]]:
         """The positions of the scales whose name ends with ``suffix`` (not empty), and those names without it
-        (:func:`~scalar_scales.files.header.stems`), found once for every rule that asks."""
-        if suffix not in self._stems:
-            self._stems[suffix] = stems(self.names, suffix)
-        return self._stems[suffix]
+        (:func:`~scalar_scales.files.header.stems`); the positions are kept for :meth:`ending_with`, the names
+        (a module's each) are not."""
+        at, found = stems(self.names, suffix)
+        self._endings.setdefault(suffix, at)
+        return self._endings[suffix], found
 
     @cached_property
-    def _endings(self) -> dict[tuple[str, ...], list[int]]:
-        return {}
-
-    @cached_property
-    def _stems(self) -> dict[str, tuple[list[int], list[str]]]:
+    def _endings(self) -> dict[str | tuple[str, ...], Sequence[int]]:
         return {}
 
 

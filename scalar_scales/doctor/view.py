@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import accumulate, chain, repeat
@@ -42,7 +42,7 @@ class ShardView:
     layout: ProducerLayout | None
     kv_names: list[str]
     kv_values: list[float | None]
-    ending_with: Callable[[str | tuple[str, ...]], list[int]]
+    ending_with: Callable[[str | tuple[str, ...]], Sequence[int]]
     """The positions of the scales whose name ends with a suffix (or one of several): :meth:`ShardScan.ending_with`,
     which finds each once for every rule that asks."""
 
@@ -129,18 +129,22 @@ class CheckpointView:
 
     def scales_of(self, leaf: str) -> tuple[list[str], list[int], list[float | None]]:
         """The per-tensor scales whose name's last part is ``leaf``, found among the scan's scales rather than every
-        tensor, in order: their modules' names, their indices in the table, and their values."""
+        tensor, in order: their modules' names, their indices in the table, and their values. Kept for the rules
+        that ask again."""
         if leaf not in self._scales_ending_in:
-            modules: list[str] = []
-            indices: list[int] = []
-            values: list[float | None] = []
-            for start, shard in zip(self._starts, self.scan.shards, strict=True):
-                at, stemmed = shard.stems("." + leaf)
-                modules += stemmed
-                indices += map(start.__add__, map(shard.indices.__getitem__, at))
-                values += map(shard.values.__getitem__, at)
-            self._scales_ending_in[leaf] = modules, indices, values
+            self._scales_ending_in[leaf] = self._scales(leaf)
         return self._scales_ending_in[leaf]
+
+    def _scales(self, leaf: str) -> tuple[list[str], list[int], list[float | None]]:
+        modules: list[str] = []
+        indices: list[int] = []
+        values: list[float | None] = []
+        for start, shard in zip(self._starts, self.scan.shards, strict=True):
+            at, stemmed = shard.stems("." + leaf)
+            modules += stemmed
+            indices += map(start.__add__, map(shard.indices.__getitem__, at))
+            values += map(shard.values.__getitem__, at)
+        return modules, indices, values
 
     @cached_property
     def nvfp4(self) -> NvFp4Modules:
@@ -149,8 +153,12 @@ class CheckpointView:
         layout = self.layout
         if layout is None:
             return NvFp4Modules([], {})
-        held = {leaf: self._tensors_of(leaf) for leaf in (layout.weight, layout.weight_scale)}
-        held |= {leaf: self.scales_of(leaf)[:2] for leaf in (layout.weight_global, layout.input_global)}
+        # The group scales' and the input scales' module names are compared here alone: not kept (a large MoE
+        # has tens of thousands of each); the weight global scales' are, for NV303.
+        at, modules = stems(self.names, "." + layout.weight_scale)
+        held = {layout.weight: self._tensors_of(layout.weight), layout.weight_scale: (modules, at)}
+        held[layout.weight_global] = self.scales_of(layout.weight_global)[:2]
+        held[layout.input_global] = self._scales(layout.input_global)[:2]
         bases, packed = held[layout.weight]
         if layout.weight_named_plainly:
             scaled, dtypes = set(held[layout.weight_global][0]), self.dtypes

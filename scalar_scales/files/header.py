@@ -153,6 +153,7 @@ _MAX_DEPTH = 127
 _METADATA_KEY = "__metadata__"
 _ENTRY_FIELDS = ("dtype", "shape", "data_offsets")
 _DTYPE, _SHAPE, _OFFSETS = map(operator.itemgetter, _ENTRY_FIELDS)
+_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
 _KNOWN_DTYPES = {dtype: dtype for dtype in DTYPE_BITS}
 _NEGATIVE_ZERO = re.compile(rb"[\[,:][ \t\n\r]*-0(?![0-9.eE])")
 """``-0`` as a JSON number (or, rarely, as text in a string: that only sends a header the careful way)."""
@@ -246,7 +247,7 @@ def stems(names: list[str], suffix: str) -> tuple[list[int], list[str]]:
 
     ``str.removesuffix`` takes its one argument as a fast call, where
     ``str.endswith`` parses its optional ones on every call: over a large
-    MoE's 132,096 names, the two passes here take 70% of the time of one
+    MoE's 132,096 names, the passes here take 0.7 to 0.8 of the time of one
     ``endswith`` pass, and give the stems (a module's name) besides.
     """
     cut = list(map(str.removesuffix, names, repeat(suffix)))
@@ -375,8 +376,8 @@ def _read_plain(raw: bytes, text: str) -> _Columns | None:
     try:
         dtypes = list(map(_KNOWN_DTYPES.__getitem__, map(_DTYPE, specs)))
         shapes, offsets = list(map(_SHAPE, specs)), list(map(_OFFSETS, specs))
-        begins, ends = map(list, zip(*offsets, strict=False)) if offsets else ([], [])
-    except (KeyError, TypeError, ValueError):  # not an object of the three fields, an unknown dtype, no pair
+        begins, ends = list(map(_FIRST, offsets)), list(map(_SECOND, offsets))
+    except (KeyError, TypeError, IndexError):  # not an object of the three fields, an unknown dtype, no pair
         return None
     del specs
     if not {list} >= set(map(type, shapes)) or not {2} >= set(map(len, offsets)):

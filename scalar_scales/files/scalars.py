@@ -6,6 +6,10 @@ import operator
 import struct
 from collections.abc import Callable, Iterable, Sequence
 from itertools import compress, pairwise, repeat
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from scalar_scales.files.header import SafetensorsHeader
 
 __all__ = ["decode_scalar", "read_scalars"]
 
@@ -31,10 +35,10 @@ def decode_scalar(dtype: str, data: bytes, offset: int) -> float | None:
 
 
 def read_scalars(
-    dtypes: Sequence[str], begins: Sequence[int], ends: Sequence[int], read: Callable[[int, int], bytes], gap: int
+    header: SafetensorsHeader, indices: Sequence[int], read: Callable[[int, int], bytes], gap: int
 ) -> list[float | None]:
-    """The value of each one-element tensor (``dtypes``, data-section offsets ``begins``..``ends``, which do not
-    overlap, as in a validated header), read by ``read(begin, end)`` in spans merged where the bytes between two
+    """The value of each one-element tensor of ``header`` at ``indices`` (their data-section offsets do not
+    overlap, the header being validated), read by ``read(begin, end)`` in spans merged where the bytes between two
     tensors are fewer than ``gap``; None for a tensor of a dtype this tool does not decode, or that does not hold
     exactly one value's bytes.
 
@@ -44,6 +48,9 @@ def read_scalars(
     spans are found, and F32 values decoded, on whole columns: a large MoE's
     shard has thousands of scales.
     """
+    dtypes = list(map(header.dtypes.__getitem__, indices))
+    begins = list(map(header.begins.__getitem__, indices))
+    ends = list(map(header.ends.__getitem__, indices))
     count = len(dtypes)
     if (
         count

@@ -1,10 +1,16 @@
 """Where a checkpoint's shards come from: this machine's files (:mod:`.local`) or a Hub repository read by
 range requests (:mod:`.hub`), behind one protocol (:class:`ShardSource`); what a checkpoint's layout is
-(:mod:`.checkpoint`) and what its configs declare (:mod:`.declaration`)."""
+(:mod:`.checkpoint`) and what its configs declare (:mod:`.declaration`).
+
+The Hub's source is imported when first named (:func:`__getattr__`): its
+client (``email``, ``socket``, ``datetime``, ...) is a fifth of the command's
+imports, and a check of a local folder never uses it.
+"""
 
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from scalar_scales.sources.checkpoint import (
     CONFIG_NAME,
@@ -19,7 +25,6 @@ from scalar_scales.sources.checkpoint import (
     weight_map_of,
 )
 from scalar_scales.sources.declaration import MODELOPT_CONFIG_NAME, Declaration, Group, declaration
-from scalar_scales.sources.hub import HubShards, RemoteCheckpoint, open_hub_checkpoint
 from scalar_scales.sources.hub_address import HUB_PREFIX, is_hub_address
 from scalar_scales.sources.local import (
     LOCAL_SHARDS,
@@ -30,6 +35,9 @@ from scalar_scales.sources.local import (
     read_headers,
     resolve_checkpoint,
 )
+
+if TYPE_CHECKING:
+    from scalar_scales.sources.hub import HubShards, RemoteCheckpoint, open_hub_checkpoint
 
 __all__ = [
     "CONFIG_NAME",
@@ -66,5 +74,19 @@ def open_checkpoint(path: str | os.PathLike[str]) -> OpenedCheckpoint:
     """A local checkpoint (a folder or a ``.safetensors`` file), or a Hub repository (``hf://ORG/NAME[@REVISION]``,
     or its page's ``https://`` address)."""
     if isinstance(path, str) and is_hub_address(path):
+        from scalar_scales.sources.hub import open_hub_checkpoint
+
         return open_hub_checkpoint(path)
     return open_local(path)
+
+
+_HUB_NAMES = frozenset({"HubShards", "RemoteCheckpoint", "open_hub_checkpoint"})
+
+
+def __getattr__(name: str) -> object:
+    """The Hub source's names, imported when first asked for."""
+    if name in _HUB_NAMES:
+        from scalar_scales.sources import hub
+
+        return getattr(hub, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -318,9 +318,8 @@ class HubShards:
             return found
 
         found = read_scalars(
-            [header.dtypes[i] for i in indices],
-            [header.begins[i] for i in indices],
-            [header.ends[i] for i in indices],
+            header,
+            indices,
             read,
             RANGE_GAP if not spans else 1,  # beyond the first range, only the scales' own bytes were kept
         )

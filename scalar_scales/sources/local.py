@@ -183,9 +183,8 @@ class LocalShards:
                 found: list[float | None] = [None] * len(indices)
                 if values and indices:
                     found = read_scalars(
-                        list(map(header.dtypes.__getitem__, indices)),
-                        list(map(header.begins.__getitem__, indices)),
-                        list(map(header.ends.__getitem__, indices)),
+                        header,
+                        indices,
                         lambda begin, end: _read_exactly(f, header.data_start + begin, end - begin),
                         VALUE_SPAN_GAP,
                     )

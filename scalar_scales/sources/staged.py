@@ -299,9 +299,8 @@ class StagedShards:
             found: list[float | None] = [None] * len(indices)
             if values and indices:
                 found = read_scalars(
-                    [header.dtypes[i] for i in indices],
-                    [header.begins[i] for i in indices],
-                    [header.ends[i] for i in indices],
+                    header,
+                    indices,
                     lambda begin, end: content.read(header.data_start + begin, end - begin),
                     VALUE_SPAN_GAP,
                 )

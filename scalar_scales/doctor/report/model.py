@@ -8,6 +8,8 @@ import os
 from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import groupby
+from operator import attrgetter
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
@@ -59,6 +61,9 @@ class FetchCounter(Protocol):
     def bytes_total(self) -> int: ...
 
 
+_RULE = attrgetter("rule")
+
+
 class RuleFindings(NamedTuple):
     """One rule's findings, in the order its function found them."""
 
@@ -92,11 +97,11 @@ class CheckReport:
         a severity: the order the text and the annotations give them in, so that an error is never below tens of
         thousands of warnings."""
         grouped: dict[str, RuleFindings] = {}
-        for finding in self.reported:
-            code = finding.rule.code
-            if code not in grouped:
-                grouped[code] = RuleFindings(finding.rule, [])
-            grouped[code].findings.append(finding)
+        for rule, run in groupby(self.reported, key=_RULE):  # a rule's findings come together, as rules find them
+            if rule.code in grouped:
+                grouped[rule.code].findings.extend(run)
+            else:
+                grouped[rule.code] = RuleFindings(rule, list(run))
         rank = {severity: i for i, severity in enumerate(SEVERITIES)}
         return sorted(grouped.values(), key=lambda group: (rank[group.rule.severity], group.rule.code))
 
