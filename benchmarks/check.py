@@ -60,7 +60,7 @@ from pathlib import Path
 
 import scalar_scales
 from scalar_scales.doctor import RULES
-from scalar_scales.migrate import migrate_checkpoint
+from scalar_scales.migration import migrate_checkpoint
 from scalar_scales.nvfp4 import COMPRESSED_TENSORS_LAYOUT
 from scalar_scales_testkit.broken import CORPUS
 from scalar_scales_testkit.synthetic import write_synthetic_checkpoint

@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 
 from scalar_scales.doctor import diagnose
-from scalar_scales.migrate import migrate_checkpoint
+from scalar_scales.migration import migrate_checkpoint
 from scalar_scales.nvfp4 import is_global_scale
 from scalar_scales.sources import open_local
 from scalar_scales_testkit.cli import run_cli

@@ -40,11 +40,11 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from scalar_scales.api import check_opened
 from scalar_scales.doctor import (
     RULES,
     SHOWN_PER_RULE,
     CheckReport,
-    diagnose,
     reference_document,
     rule_reference,
     selected_codes,
@@ -65,7 +65,7 @@ from scalar_scales.nvfp4 import MODELOPT
 from scalar_scales.sources import is_hub_address, open_checkpoint
 
 if TYPE_CHECKING:
-    from scalar_scales.migrate import MigrationReport
+    from scalar_scales.migration import MigrationReport
 
 __all__ = ["finish_whatever_comes", "main"]
 
@@ -206,9 +206,9 @@ class _Version(argparse.Action):
     """``--version``, which reads the installed version only when asked (package metadata is slow to read)."""
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option: Any = None) -> None:
-        import scalar_scales
+        from scalar_scales.version import installed_version
 
-        print(f"scalar-scales {scalar_scales.__version__}")
+        print(f"scalar-scales {installed_version()}")
         parser.exit()
 
 
@@ -378,13 +378,7 @@ def _check(args: argparse.Namespace) -> int:
     if opened is None:
         _emit_lines([f"{args.path}: nothing to check: the staged changes touch none of its files"])
         return 0
-    fetched = None
-    if opened.hub is not None:  # the Hub's source, imported only where a check reads the Hub
-        from scalar_scales.sources.hub import HubShards
-
-        fetched = opened.source if isinstance(opened.source, HubShards) else None
-    diagnosis = diagnose(opened, include=args.include, codes=codes)
-    report = CheckReport(diagnosis, args.strict, fetched, exit_zero=args.exit_zero, include=tuple(args.include))
+    report = check_opened(opened, codes=codes, include=args.include, strict=args.strict, exit_zero=args.exit_zero)
     width = min(WIDTH, shutil.get_terminal_size((WIDTH, 24)).columns)
     context = Context(show_all=args.show_all, with_scales=args.list, quiet=args.quiet, width=width)
     _emit_report(report, output_format, context)
@@ -413,7 +407,7 @@ def _migrate(args: argparse.Namespace) -> int:
             "migrate edits files in place, so it needs a local copy (hf download ORG/NAME --local-dir DIR); "
             "check reads hf:// addresses",
         )
-    from scalar_scales.migrate import migrate_checkpoint
+    from scalar_scales.migration import migrate_checkpoint
 
     show_progress = not args.json and sys.stderr.isatty()
     report = migrate_checkpoint(

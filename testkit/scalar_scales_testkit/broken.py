@@ -48,7 +48,7 @@ from scalar_scales.doctor.examples import (
     WeightOnly,
 )
 from scalar_scales.files import Layout
-from scalar_scales.migrate import migrate_checkpoint
+from scalar_scales.migration import migrate_checkpoint
 from scalar_scales.nvfp4 import COMPRESSED_TENSORS_LAYOUT, MODELOPT_LAYOUT, ProducerLayout
 from scalar_scales.sources import CONFIG_NAME, INDEX_NAME, MODELOPT_CONFIG_NAME, read_headers
 from scalar_scales_testkit.cli import make_checkpoint, rewrite_header

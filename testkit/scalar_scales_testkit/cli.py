@@ -325,7 +325,7 @@ def holding_the_lock(checkpoint: Path, env: dict[str, str] | None = None) -> Ite
             "-c",
             "import sys\n"
             "from scalar_scales.sources import resolve_checkpoint\n"
-            "from scalar_scales.migrate import checkpoint_lock\n"
+            "from scalar_scales.migration import checkpoint_lock\n"
             "with checkpoint_lock(resolve_checkpoint(sys.argv[1])):\n"
             "    print('locked', flush=True)\n"
             "    sys.stdin.read()\n",

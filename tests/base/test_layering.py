@@ -19,11 +19,11 @@ EDITS = ("insert", "append", "extend")
 
 BASE_LAYERS = (
     (
-        "scalar_scales",
         "scalar_scales.errors",
         "scalar_scales.environment",
         "scalar_scales.nvfp4",
         "scalar_scales.shell",
+        "scalar_scales.version",
     ),
     ("scalar_scales.patching", "scalar_scales.import_hook"),
     ("scalar_scales.system",),
@@ -31,8 +31,9 @@ BASE_LAYERS = (
     ("scalar_scales.sources",),
     ("scalar_scales.scan",),
     ("scalar_scales.consumers",),
-    ("scalar_scales.doctor", "scalar_scales.migrate"),
-    ("scalar_scales.cli", "scalar_scales.__main__", "scalar_scales.start"),
+    ("scalar_scales.doctor", "scalar_scales.migration"),
+    ("scalar_scales.api",),
+    ("scalar_scales", "scalar_scales.cli", "scalar_scales.__main__", "scalar_scales.start"),
 )
 """The base package's layers, bottom first: a module imports from its own layer or those below, never above."""
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from scalar_scales.files import TEMPORARY_NAME
-from scalar_scales.migrate import checkpoint_lock
+from scalar_scales.migration import checkpoint_lock
 from scalar_scales.sources import resolve_checkpoint
 from scalar_scales_testkit.cli import (
     edit_header_text,

@@ -10,7 +10,7 @@ import torch
 
 import compressed_tensors_patch
 from compressed_tensors_patch import toy_moe
-from scalar_scales.migrate import migrate_checkpoint
+from scalar_scales.migration import migrate_checkpoint
 from scalar_scales.nvfp4 import FORMAT_VERSION_KEY
 from scalar_scales_testkit.checkpoints import described, global_scale_shapes, tensor_bytes
 from scalar_scales_testkit.producer import SAVE_PATH_CASES, differing, load_and_run, loguru_messages, quantize_to

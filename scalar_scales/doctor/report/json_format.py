@@ -110,7 +110,7 @@ def _findings(report: CheckReport) -> Iterator[str]:
     rules: dict[str, tuple[str, str, str]] = {}
     files: dict[str, str] = {}
     said, message = ("", ""), ("", "", "")
-    for f in report.reported:
+    for f in report.findings:
         rule = f.rule
         if (of_rule := rules.get(rule.code)) is None:
             of_rule = rules[rule.code] = (text(rule.code), text(rule.severity), text(rule.effect_for(layout)))

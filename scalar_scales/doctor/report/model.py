@@ -87,7 +87,7 @@ class CheckReport:
     include: tuple[str, ...] = ()
 
     @property
-    def reported(self) -> list[Finding]:
+    def findings(self) -> list[Finding]:
         """Every finding, in rule code order (the JSON document's order)."""
         return self.diagnosis.findings
 
@@ -97,7 +97,7 @@ class CheckReport:
         a severity: the order the text and the annotations give them in, so that an error is never below tens of
         thousands of warnings."""
         grouped: dict[str, RuleFindings] = {}
-        for rule, run in groupby(self.reported, key=_RULE):  # a rule's findings come together, as rules find them
+        for rule, run in groupby(self.findings, key=_RULE):  # a rule's findings come together, as rules find them
             if rule.code in grouped:
                 grouped[rule.code].findings.extend(run)
             else:

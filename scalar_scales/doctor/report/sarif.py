@@ -50,7 +50,7 @@ def emit(out: Writer, report: CheckReport, context: Context) -> None:
 def sarif_document(report: CheckReport) -> dict[str, Any]:
     """The SARIF log of ``report``: its tool (every rule applied), its results (as :class:`~.json_text.Records`,
     read as they are written), and where the files were read."""
-    import scalar_scales
+    from scalar_scales.version import installed_version
 
     rules = report.applied
     for group in report.by_rule:  # a rule with findings is applied; this keeps its index whatever the layout
@@ -62,7 +62,7 @@ def sarif_document(report: CheckReport) -> dict[str, Any]:
         "tool": {
             "driver": {
                 "name": "scalar-scales",
-                "version": scalar_scales.__version__,
+                "version": installed_version(),
                 "informationUri": INFORMATION_URI,
                 "rules": [_rule(rule) for rule in rules],
             }
@@ -100,7 +100,7 @@ def _results(report: CheckReport, index: dict[str, int], locator: _Locator) -> I
     its tensor and its fingerprints."""
     shapes: dict[tuple[str, str, bool], tuple[Template, bytes]] = {}
     said, rest = ("", ""), ""
-    for finding in report.reported:
+    for finding in report.findings:
         code, tensor = finding.code, finding.tensor
         key = (finding.file, code, tensor is not None)
         if (shape := shapes.get(key)) is None:

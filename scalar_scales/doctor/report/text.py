@@ -135,17 +135,17 @@ def summary(report: CheckReport) -> str:
     """The last line: what was found (by severity, then by rule), or that nothing was, or nothing checked; the
     engines observed not to load it; the bytes fetched from a Hub repository."""
     scan = report.diagnosis.scan
-    if not report.checked and not report.reported and (report.nvfp4_modules or scan.scale_count):
+    if not report.checked and not report.findings and (report.nvfp4_modules or scan.scale_count):
         line = (
             f"Nothing checked: no rule selected applies to this checkpoint ({_declared_text(report)}); "
             "docs/rules.md says what each needs."
         )
-    elif not report.checked and not report.reported:
+    elif not report.checked and not report.findings:
         line = (
             "Nothing checked: no NVFP4 module and no per-tensor scale in scope "
             f"({_declared_text(report)}); the rules apply to NVFP4 checkpoints."
         )
-    elif not report.reported:
+    elif not report.findings:
         line = (
             f"All checks passed: no finding from {counted(len(report.applied), 'rule')} on "
             f"{counted(report.nvfp4_modules, 'NVFP4 module')} and {_scales_text(scan)}."
@@ -154,7 +154,7 @@ def summary(report: CheckReport) -> str:
         by_code = ", ".join(f"{group.rule.code} {len(group.findings)}" for group in report.by_rule)
         severities = [(severity, report.count(severity)) for severity in SEVERITIES]
         counts = ", ".join(counted(n, severity) for severity, n in severities if n)
-        line = f"Found {counted(len(report.reported), 'finding')}: {counts} ({by_code})."
+        line = f"Found {counted(len(report.findings), 'finding')}: {counts} ({by_code})."
     if refusals := report.diagnosis.refusals:
         consumers = ", ".join(refusal.consumer for refusal in refusals)
         line += f" Observed not to load it: {consumers} (docs/compatibility.md)."

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from scalar_scales.consumers import NO_FIX, OBSERVED
-from scalar_scales.migrate import migrate_checkpoint
+from scalar_scales.migration import migrate_checkpoint
 from scalar_scales_testkit.broken import mla_checkpoint
 from scalar_scales_testkit.cli import run_cli_in_process, shards, snapshot
 

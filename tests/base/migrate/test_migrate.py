@@ -238,7 +238,7 @@ def test_an_os_error_while_the_lock_is_held_is_not_reported_as_a_lock_failure(ch
 
     import pytest
 
-    from scalar_scales.migrate import checkpoint_lock
+    from scalar_scales.migration import checkpoint_lock
     from scalar_scales.sources import resolve_checkpoint
 
     with pytest.raises(OSError) as raised, checkpoint_lock(resolve_checkpoint(checkpoint)):
@@ -253,7 +253,7 @@ def test_a_shard_changed_by_someone_else_during_a_migration_is_not_edited(tmp_pa
     import pytest
 
     from scalar_scales.errors import StoppedAfterWriting
-    from scalar_scales.migrate import migrate_checkpoint
+    from scalar_scales.migration import migrate_checkpoint
     from scalar_scales_testkit.synthetic import write_synthetic_checkpoint
 
     checkpoint = write_synthetic_checkpoint(tmp_path / "ckpt", data_bytes=3_000_000)

@@ -23,7 +23,7 @@ import pytest
 
 from scalar_scales.errors import StoppedAfterWriting
 from scalar_scales.files import TEMPORARY_NAME
-from scalar_scales.migrate import migrate_checkpoint
+from scalar_scales.migration import migrate_checkpoint
 from scalar_scales.system.lock import LOCK_FILE_NAME
 from scalar_scales_testkit.cli import (
     Lease,

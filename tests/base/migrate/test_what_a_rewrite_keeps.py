@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from scalar_scales.migrate import migrate_checkpoint
+from scalar_scales.migration import migrate_checkpoint
 from scalar_scales_testkit.cli import make_checkpoint, run_cli_in_process, shards, snapshot, write_scales_natively_0_d
 
 root_only = pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="gives files away: root only")
