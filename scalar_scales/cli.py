@@ -28,6 +28,7 @@ and a reader that went away (``| head``) does not change the exit code.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import gc
 import json
@@ -47,10 +48,8 @@ from scalar_scales.doctor import (
     diagnose,
     reference_document,
     rule_reference,
-    selected_codes,
 )
 from scalar_scales.doctor.report import (
-    DEFAULT_FORMAT,
     FORMATS,
     FORMATS_TAKING,
     OUTPUT_FORMATS,
@@ -59,6 +58,7 @@ from scalar_scales.doctor.report import (
     Context,
     formats_help,
 )
+from scalar_scales.doctor.settings import ConfigError, Settings, find_config, read_config, resolve
 from scalar_scales.environment import SwitchValueError, read_command_line_switches
 from scalar_scales.errors import CheckpointError, Interrupted, StoppedAfterWriting, escaped
 from scalar_scales.nvfp4 import MODELOPT
@@ -101,10 +101,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _suggestion(given: str, known: Sequence[str]) -> str:
-    """``; did you mean X?`` for the one known word ``given`` abbreviates, else the nearest, else nothing."""
-    starting = [word for word in known if word.startswith(given)]
-    near = starting if len(starting) == 1 else difflib.get_close_matches(given, known, n=1)
-    return f"; did you mean {near[0]}?" if near else ""
+    """``; did you mean X?`` for the known words ``given`` abbreviates (``X or Y`` where it abbreviates several),
+    else the nearest, else nothing."""
+    starting = sorted({word for word in known if word.startswith(given)})
+    near = starting or difflib.get_close_matches(given, known, n=1)
+    return f"; did you mean {' or '.join(near)}?" if near else ""
 
 
 def _build_parser() -> _Parser:
@@ -128,8 +129,27 @@ def _build_parser() -> _Parser:
     check.add_argument(
         "--select", action="append", default=[], metavar="CODE", help="only these rules (codes or prefixes: NV1, NV301)"
     )
+    check.add_argument(
+        "--extend-select",
+        action="append",
+        default=[],
+        metavar="CODE",
+        help="these rules as well as those the configuration file selects",
+    )
     check.add_argument("--ignore", action="append", default=[], metavar="CODE", help="not these rules")
     check.add_argument("--output-format", choices=OUTPUT_FORMATS, default=None, help=formats_help())
+    check.add_argument(
+        "--config",
+        metavar="PATH",
+        help="the configuration file to read (a scalar-scales.toml, or a pyproject.toml's [tool.scalar-scales]), "
+        "instead of the nearest one found upward from PATH",
+    )
+    check.add_argument("--isolated", action="store_true", help="read no configuration file")
+    check.add_argument(
+        "--show-settings",
+        action="store_true",
+        help="print the settings the check would run with, and the file each came from; check nothing",
+    )
     check.add_argument("--json", action="store_true", help="the same as --output-format json")
     check.add_argument(
         "--exit-zero", action="store_true", help="exit 0 even when errors are found (2 still means refused)"
@@ -266,7 +286,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.command == "rule":
             return _rule(args)
         return _migrate(args)
-    except (CheckpointError, SwitchValueError) as exc:
+    except (CheckpointError, SwitchValueError, ConfigError) as exc:
         _say_error(str(exc))
         return REFUSED
     except StoppedAfterWriting as exc:
@@ -346,13 +366,15 @@ def _emit_lines(lines: list[str]) -> None:
 
 
 def _check(args: argparse.Namespace) -> int:
-    try:
-        codes = selected_codes(args.select, args.ignore)
-    except ValueError as exc:
-        args.parser.error(str(exc))
-    output_format: str = args.output_format or ("json" if args.json else DEFAULT_FORMAT)
-    if args.json and output_format != "json":
-        args.parser.error(f"--json is --output-format json; it cannot be given with --output-format {output_format}")
+    if args.json and args.output_format not in (None, "json"):
+        args.parser.error(
+            f"--json is --output-format json; it cannot be given with --output-format {args.output_format}"
+        )
+    settings = _settings(args)
+    if args.show_settings:
+        _emit_lines([f"Settings for {args.path}:", *settings.lines()])
+        return 0
+    output_format = settings.output_format
     for option in PRINTING_OPTIONS:
         given = getattr(args, option.removeprefix("--").replace("-", "_"))
         if given and output_format not in (formats := FORMATS_TAKING[option]):
@@ -374,12 +396,51 @@ def _check(args: argparse.Namespace) -> int:
         _emit_lines([f"{args.path}: nothing to check: the staged changes touch none of its files"])
         return 0
     fetched = opened.source if isinstance(opened.source, HubShards) else None
-    diagnosis = diagnose(opened, include=args.include, codes=codes)
-    report = CheckReport(diagnosis, args.strict, fetched, exit_zero=args.exit_zero, include=tuple(args.include))
+    diagnosis = diagnose(opened, include=args.include, codes=settings.codes)
+    ignored = 0
+    if settings.per_module_ignores:
+        kept, ignored = settings.per_module_ignores.split(diagnosis.findings)
+        diagnosis = dataclasses.replace(diagnosis, findings=kept)
+    report = CheckReport(
+        diagnosis,
+        settings.strict,
+        fetched,
+        exit_zero=args.exit_zero,
+        include=tuple(args.include),
+        ignored_by_config=ignored,
+    )
     width = min(WIDTH, shutil.get_terminal_size((WIDTH, 24)).columns)
     context = Context(show_all=args.show_all, with_scales=args.list, quiet=args.quiet, width=width)
     _emit_report(report, output_format, context)
     return report.exit_code
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    """The settings the check runs with: the command line's over the configuration file's (``--config``, else the
+    nearest upward from the checked path, or from the current folder for a Hub repository; none with
+    ``--isolated``). A wrong option is a usage error; a wrong file is a :class:`ConfigError`, one line naming it."""
+    if args.isolated and args.config is not None:
+        args.parser.error("--isolated reads no configuration file; it cannot be given with --config")
+    if args.isolated:
+        file = None
+    elif args.config is not None:
+        file = read_config(args.config)
+    else:
+        file = find_config(os.curdir if is_hub_address(args.path) else args.path)
+    try:
+        return resolve(
+            file,
+            select=args.select,
+            extend_select=args.extend_select,
+            ignore=args.ignore,
+            strict=args.strict,
+            output_format=args.output_format or ("json" if args.json else None),
+        )
+    except ConfigError:
+        raise
+    except ValueError as exc:
+        parser: _Parser = args.parser
+        parser.error(str(exc))
 
 
 def _rule(args: argparse.Namespace) -> int:

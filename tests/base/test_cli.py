@@ -61,7 +61,10 @@ def test_a_misspelt_option_is_refused_naming_the_nearest():
     )
 
 
-@pytest.mark.parametrize(("given", "meant"), [("--sh", "--show-all"), ("--str", "--strict"), ("--exit", "--exit-zero")])
+@pytest.mark.parametrize(
+    ("given", "meant"),
+    [("--sh", "--show-all or --show-settings"), ("--str", "--strict"), ("--exit", "--exit-zero")],
+)
 def test_an_abbreviated_option_is_refused_naming_the_option_it_abbreviates(given, meant):
     assert f"unrecognized argument {given}; did you mean {meant}?" in refusal("check", given, "X")
 

@@ -91,6 +91,7 @@ def json_document(report: CheckReport, *, with_scales: bool = False) -> dict[str
             "warnings": report.warnings,
             "infos": report.count("info"),
             "counts": dict(sorted(report.counts.items())),
+            "ignored_by_config": report.ignored_by_config,
             "exit_code": report.exit_code,
             "failed": report.failed,
             "bytes_fetched": None if report.fetched is None else report.fetched.bytes_fetched,

@@ -72,7 +72,9 @@ class CheckReport:
 
     ``exit_zero``: the command exits 0 whatever was found (``--exit-zero``), so that a CI step can report
     findings without failing; a refused checkpoint still exits 2, since it never gets this far. ``include``: the
-    check's ``--include`` globs, which a fix that migrates must name too.
+    check's ``--include`` globs, which a fix that migrates must name too. ``ignored_by_config``: how many findings
+    a configuration file's ``per-module-ignores`` dropped before the report (:mod:`..settings`), which the
+    summary says, so that a clean report is never clean only because a file said so unsaid.
     """
 
     diagnosis: Diagnosis
@@ -80,6 +82,7 @@ class CheckReport:
     fetched: FetchCounter | None = None
     exit_zero: bool = False
     include: tuple[str, ...] = ()
+    ignored_by_config: int = 0
 
     @property
     def reported(self) -> list[Finding]:

@@ -132,8 +132,9 @@ def checked_line(report: CheckReport) -> str:
 
 
 def summary(report: CheckReport) -> str:
-    """The last line: what was found (by severity, then by rule), or that nothing was, or nothing checked; the
-    engines observed not to load it; the bytes fetched from a Hub repository."""
+    """The last line: what was found (by severity, then by rule), or that nothing was, or nothing checked; how
+    many findings a configuration file's ``per-module-ignores`` dropped; the engines observed not to load it; the
+    bytes fetched from a Hub repository."""
     scan = report.diagnosis.scan
     if not report.checked and not report.reported and (report.nvfp4_modules or scan.scale_count):
         line = (
@@ -155,6 +156,8 @@ def summary(report: CheckReport) -> str:
         severities = [(severity, report.count(severity)) for severity in SEVERITIES]
         counts = ", ".join(counted(n, severity) for severity, n in severities if n)
         line = f"Found {counted(len(report.reported), 'finding')}: {counts} ({by_code})."
+    if report.ignored_by_config:
+        line += f" {counted(report.ignored_by_config, 'finding')} ignored by per-module-ignores."
     if refusals := report.diagnosis.refusals:
         consumers = ", ".join(refusal.consumer for refusal in refusals)
         line += f" Observed not to load it: {consumers} (docs/compatibility.md)."

@@ -365,6 +365,7 @@ def test_json_has_findings_and_a_summary(checkpoint):
         "warnings": 48,
         "infos": 0,
         "counts": {"NV101": 48, "NV301": 1},
+        "ignored_by_config": 0,
         "exit_code": 1,
         "failed": True,
         "bytes_fetched": None,
