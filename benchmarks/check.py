@@ -151,7 +151,7 @@ def main() -> None:
         floor.write_text(FLOOR)
         indexed.write_text(FLOOR_WITH_INDEX)
         script.write_text(SCRIPT)
-        print(f"medians of {args.repeats} runs, seconds; check --quiet --select RULES against the floor and the")
+        print(f"medians of {args.repeats} runs, seconds; check --statistics --select RULES against the floor and the")
         print("safetensors script; x floor, x script: the median of the ratios of each check run over the run after it")
         print(
             f"{'checkpoint':<14} {'rules':<6} {'check':>7} {'floor':>7} {'+index':>7} {'script':>7} {'x floor':>8} "
@@ -160,7 +160,7 @@ def main() -> None:
         verdicts = []
         for label, checkpoint in made.items():
             for selection in ["ALL", *alone]:
-                check_argv = [sys.executable, "-m", "scalar_scales", "check", str(checkpoint), "--quiet"]
+                check_argv = [sys.executable, "-m", "scalar_scales", "check", str(checkpoint), "--statistics"]
                 check_argv += ["--select", selection]
                 runs: dict[str, list[float]] = {"check": [], "floor": [], "indexed": [], "script": []}
                 for _ in range(args.repeats):

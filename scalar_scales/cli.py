@@ -167,7 +167,15 @@ def _build_parser() -> _Parser:
         "-q",
         "--quiet",
         action="store_true",
-        help=f"print only the summary line ({', '.join(FORMATS_TAKING['--quiet'])})",
+        help="print the findings and nothing else: no heading, no summary line, as ruff's --quiet "
+        f"({', '.join(FORMATS_TAKING['--quiet'])})",
+    )
+    check.add_argument("-s", "--silent", action="store_true", help="print nothing; the exit code says what was found")
+    check.add_argument(
+        "--statistics",
+        action="store_true",
+        help="print a count per rule (count, code, name) instead of the findings, as ruff's --statistics "
+        f"({', '.join(FORMATS_TAKING['--statistics'])})",
     )
     check.add_argument("--include", action="append", default=[], metavar="GLOB", help="also these per-tensor scales")
     check.add_argument(
@@ -382,9 +390,10 @@ def _check(args: argparse.Namespace) -> int:
                 f"{option} is for --output-format {' or '.join(formats)}; it cannot be given with --output-format "
                 f"{output_format}"
             )
-    if args.quiet and (args.list or args.show_all):
+    if args.statistics and (args.list or args.show_all):
         args.parser.error(
-            f"--quiet prints the summary line alone; it cannot be given with {'--list' if args.list else '--show-all'}"
+            "--statistics prints a count per rule instead of the findings; it cannot be given with "
+            f"{'--list' if args.list else '--show-all'}"
         )
     if args.staged:
         from scalar_scales.sources.staged import open_staged  # git's reader, which a check of a folder never needs
@@ -393,7 +402,8 @@ def _check(args: argparse.Namespace) -> int:
     else:
         opened = open_checkpoint(args.path)
     if opened is None:
-        _emit_lines([f"{args.path}: nothing to check: the staged changes touch none of its files"])
+        if not (args.quiet or args.silent):
+            _emit_lines([f"{args.path}: nothing to check: the staged changes touch none of its files"])
         return 0
     fetched = opened.source if isinstance(opened.source, HubShards) else None
     diagnosis = diagnose(opened, include=args.include, codes=settings.codes)
@@ -410,8 +420,11 @@ def _check(args: argparse.Namespace) -> int:
         ignored_by_config=ignored,
     )
     width = min(WIDTH, shutil.get_terminal_size((WIDTH, 24)).columns)
-    context = Context(show_all=args.show_all, with_scales=args.list, quiet=args.quiet, width=width)
-    _emit_report(report, output_format, context)
+    context = Context(
+        show_all=args.show_all, with_scales=args.list, quiet=args.quiet, statistics=args.statistics, width=width
+    )
+    if not args.silent:
+        _emit_report(report, output_format, context)
     return report.exit_code
 
 

@@ -40,12 +40,15 @@ WIDTH = 100
 class Context:
     """What every format is given with the findings: the options that change what is printed, which the command
     refuses with a format that does not take them (``OutputFormat.options``). ``show_all``: every finding
-    (``--show-all``); ``with_scales``: every per-tensor scale in scope (``--list``); ``quiet``: the summary line
-    alone (``--quiet``); ``width``: the width a rule's explanation is wrapped to."""
+    (``--show-all``); ``with_scales``: every per-tensor scale in scope (``--list``); ``quiet``: the findings and
+    nothing else, no heading and no summary line, as ruff's ``--quiet`` prints its diagnostics alone
+    (``--quiet``); ``statistics``: a count per rule instead of the findings, as ruff's ``--statistics``
+    (``--statistics``); ``width``: the width a rule's explanation is wrapped to."""
 
     show_all: bool = False
     with_scales: bool = False
     quiet: bool = False
+    statistics: bool = False
     width: int = WIDTH
 
 

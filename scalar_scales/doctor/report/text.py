@@ -33,7 +33,7 @@ from scalar_scales.scan import CheckpointScan
 from scalar_scales.shell import command, path_argument
 from scalar_scales.sources.declaration import Group
 
-__all__ = ["WIDTH", "checked_line", "emit", "heading", "summary", "text_lines"]
+__all__ = ["WIDTH", "checked_line", "emit", "heading", "statistics_lines", "summary", "text_lines"]
 
 _KIND_TEXT = {
     "quantized": "quantized another way",
@@ -44,21 +44,50 @@ _KIND_TEXT = {
 
 
 def emit(out: Writer, report: CheckReport, context: Context) -> None:
-    """The report (with ``context.quiet``, its summary line alone), each line escaped."""
-    if context.quiet:
-        lines = [summary(report)]
+    """The report, or with ``context.statistics`` a count per rule and the summary line; with ``context.quiet``
+    without the heading, what was checked and the summary line. Each line escaped but the counts'."""
+    if context.statistics:  # the counts are the catalogue's codes and names, tab-separated as ruff's: not escaped
+        out.write("".join(line + "\n" for line in statistics_lines(report)))
+        lines = [] if context.quiet else [summary(report)]
     else:
-        lines = text_lines(report, show_all=context.show_all, with_scales=context.with_scales, width=context.width)
+        lines = text_lines(
+            report,
+            show_all=context.show_all,
+            with_scales=context.with_scales,
+            width=context.width,
+            quiet=context.quiet,
+        )
     out.write("".join(escaped(line) + "\n" for line in lines))
 
 
+def statistics_lines(report: CheckReport) -> list[str]:
+    """A line per rule with findings, as ruff's ``--statistics`` prints them: the count, the code and the name, the
+    name after ``[*]`` where one command fixes the rule's findings; the most findings first."""
+    groups = sorted(report.by_rule, key=lambda group: (-len(group.findings), group.rule.code))
+    if not groups:
+        return []
+    count_width = max(len(str(len(group.findings))) for group in groups)
+    code_width = max(len(group.rule.code) for group in groups)
+    return [
+        f"{len(group.findings):>{count_width}}\t{group.rule.code:<{code_width}}\t"
+        f"{'[*] ' if group.rule.fix else ''}{group.rule.name}"
+        for group in groups
+    ]
+
+
 def text_lines(
-    report: CheckReport, *, show_all: bool = False, with_scales: bool = False, width: int = WIDTH
+    report: CheckReport,
+    *,
+    show_all: bool = False,
+    with_scales: bool = False,
+    width: int = WIDTH,
+    quiet: bool = False,
 ) -> list[str]:
     """The whole report: heading, what was checked, the scales (``with_scales``), each rule's group of
-    findings (every finding with ``show_all``), the engines observed not to load it, and the summary."""
-    lines = [heading(report)]
-    if report.checked:
+    findings (every finding with ``show_all``), the engines observed not to load it, and the summary; ``quiet``:
+    without the heading, what was checked and the summary."""
+    lines = [] if quiet else [heading(report)]
+    if report.checked and not quiet:
         lines.append(checked_line(report))
     if with_scales:
         lines += [f"{s.layout:<7}{list(s.shape)!s:<5}{s.name} = {s.value!r}" for s in report.diagnosis.scan.scales]
@@ -74,7 +103,8 @@ def text_lines(
         if len(shown) < len(findings):
             lines.append(f"  ... and {len(findings) - len(shown)} more (--show-all or --output-format json lists them)")
     lines += [f"Not loaded by {refusal}" for refusal in report.diagnosis.refusals]
-    lines.append(summary(report))
+    if not quiet:
+        lines.append(summary(report))
     return lines
 
 
