@@ -110,7 +110,7 @@ def _suggestion(given: str, known: Sequence[str]) -> str:
 
 def _build_parser() -> _Parser:
     parser = _Parser(prog="scalar-scales", description=DESCRIPTION)
-    parser.add_argument("--version", action=_Version, nargs=0, help="print the version and exit")
+    parser.add_argument("-V", "--version", action=_Version, nargs=0, help="print the version and exit")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     check = commands.add_parser(

@@ -29,6 +29,10 @@ def test_version_prints_the_installed_version():
     assert __version__ != "0+unknown"
 
 
+def test_dash_capital_v_prints_the_version_as_ruff_s_does():
+    assert run_cli_in_process("-V").stdout == f"scalar-scales {__version__}\n"
+
+
 def test_help_lists_the_commands():
     result = run("--help")
     assert result.returncode == 0
