@@ -12,7 +12,7 @@ Exit codes (docs/check.md, docs/migrate.md), on every path:
 - 0: done; ``check`` found no error (warnings may be present), or
   ``--exit-zero`` was given;
 - 1: ``check`` found an error (with ``--strict``, also a warning), and
-  ``--exit-zero`` was not given;
+  ``--exit-zero`` was not given; ``migrate --check`` would change something;
 - 2: refused, and nothing changed: the command line, or a file, is wrong
   (``--exit-zero`` too); an unknown option or command is named with the
   nearest one, and an abbreviated option is refused;
@@ -212,6 +212,12 @@ def _build_parser() -> _Parser:
         help="scalar: 0-D scales and format_version 2 (the default); legacy: (1,) scales and no format_version",
     )
     migrate.add_argument("--dry-run", action="store_true", help="say what would change; change nothing")
+    migrate.add_argument(
+        "--check",
+        action="store_true",
+        help="say what would change and change nothing, as --dry-run, then exit 1 if anything would change, 0 if "
+        "nothing would (as ruff format --check)",
+    )
     migrate.add_argument("--json", action="store_true", help="machine-readable output, no progress bar")
     migrate.add_argument(
         "--include", action="append", default=[], metavar="GLOB", help="also these per-tensor scales (any format)"
@@ -482,7 +488,7 @@ def _migrate(args: argparse.Namespace) -> int:
     report = migrate_checkpoint(
         args.path,
         to=args.to,
-        dry_run=args.dry_run,
+        dry_run=args.dry_run or args.check,
         include=args.include,
         materialize=args.materialize,
         progress=_progress_bar if show_progress else None,
@@ -504,7 +510,7 @@ def _migrate(args: argparse.Namespace) -> int:
         if report.dry_run or not report.changed:
             raise _stdout_refused(exc) from None
         _say_report_lost(report, exc)
-    return 0
+    return 1 if args.check and report.changed else 0
 
 
 def _stdout_refused(error: OSError) -> CheckpointError:
