@@ -47,6 +47,7 @@ from scalar_scales.doctor import (
     CheckReport,
     diagnose,
     reference_document,
+    rule_data,
     rule_reference,
 )
 from scalar_scales.doctor.report import (
@@ -194,6 +195,13 @@ def _build_parser() -> _Parser:
     rule.set_defaults(parser=rule)
     rule.add_argument("codes", nargs="*", metavar="CODE", help="a rule's code, such as NV101")
     rule.add_argument("--all", action="store_true", help="every rule: the reference docs/rules.md holds")
+    rule.add_argument(
+        "--output-format",
+        choices=("text", "json"),
+        default="text",
+        help="text (the default: the reference, in Markdown) or json (each rule's data: an object for one rule, a "
+        "list for several or --all)",
+    )
 
     migrate = commands.add_parser(
         "migrate",
@@ -465,13 +473,16 @@ def _settings(args: argparse.Namespace) -> Settings:
 def _rule(args: argparse.Namespace) -> int:
     if args.all == bool(args.codes):
         args.parser.error("name one or more rule codes, or --all")
-    if args.all:
-        _emit(reference_document().rstrip("\n"))
-        return 0
-    codes = [code.upper() for code in args.codes]
+    codes = list(RULES) if args.all else [code.upper() for code in args.codes]
     if unknown := [code for code in codes if code not in RULES]:
         args.parser.error(f"unknown rule code {unknown[0]!r}; the rules are {', '.join(RULES)}")
-    _emit("\n".join(rule_reference(RULES[code]) for code in codes).rstrip("\n"))
+    if args.output_format == "json":
+        data = [rule_data(RULES[code]) for code in codes]
+        _emit(json.dumps(data if args.all or len(data) > 1 else data[0], indent=2))
+    elif args.all:
+        _emit(reference_document().rstrip("\n"))
+    else:
+        _emit("\n".join(rule_reference(RULES[code]) for code in codes).rstrip("\n"))
     return 0
 
 

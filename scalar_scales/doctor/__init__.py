@@ -11,7 +11,7 @@ from scalar_scales.doctor.catalogue import RULES, selected_codes
 from scalar_scales.doctor.diagnosis import Diagnosis, diagnose
 from scalar_scales.doctor.expectations import Expectations, expectations_of
 from scalar_scales.doctor.matching import Kind, Matcher, module_kind
-from scalar_scales.doctor.reference import reference_document, rule_reference
+from scalar_scales.doctor.reference import reference_document, rule_data, rule_reference
 from scalar_scales.doctor.report import (
     FORMATS_TAKING,
     OUTPUT_FORMATS,
@@ -60,6 +60,7 @@ __all__ = [
     "module_kind",
     "reference_document",
     "render",
+    "rule_data",
     "rule_reference",
     "selected_codes",
 ]
