@@ -31,6 +31,7 @@ import argparse
 import dataclasses
 import difflib
 import gc
+import io
 import json
 import os
 import shutil
@@ -39,6 +40,7 @@ import sys
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from scalar_scales.doctor import (
@@ -177,6 +179,13 @@ def _build_parser() -> _Parser:
         action="store_true",
         help="print a count per rule (count, code, name) instead of the findings, as ruff's --statistics "
         f"({', '.join(FORMATS_TAKING['--statistics'])})",
+    )
+    check.add_argument(
+        "-o",
+        "--output-file",
+        metavar="FILE",
+        help="write the report to FILE instead of standard output: a new file, or one that replaces FILE whole "
+        "(a link is replaced, not written through)",
     )
     check.add_argument("--include", action="append", default=[], metavar="GLOB", help="also these per-tensor scales")
     check.add_argument(
@@ -409,6 +418,8 @@ def _check(args: argparse.Namespace) -> int:
             "--statistics prints a count per rule instead of the findings; it cannot be given with "
             f"{'--list' if args.list else '--show-all'}"
         )
+    if args.output_file is not None:
+        _check_writable(args.output_file)
     if args.staged:
         from scalar_scales.sources.staged import open_staged  # git's reader, which a check of a folder never needs
 
@@ -437,9 +448,41 @@ def _check(args: argparse.Namespace) -> int:
     context = Context(
         show_all=args.show_all, with_scales=args.list, quiet=args.quiet, statistics=args.statistics, width=width
     )
-    if not args.silent:
+    if args.output_file is not None:
+        _write_report(args.output_file, report, output_format, context)
+    elif not args.silent:
         _emit_report(report, output_format, context)
     return report.exit_code
+
+
+def _check_writable(path: str) -> None:
+    """Refuse, before anything is read, a report file that cannot be written: a folder, or a file in a folder
+    where a file cannot be created and renamed (which :func:`_write_report` does), each in one line."""
+    from scalar_scales.files.durable import try_replacing_in
+
+    if os.path.isdir(path):
+        raise CheckpointError(path, "is a folder: --output-file names the file to write the report to")
+    try_replacing_in(Path(os.path.dirname(path) or os.curdir))
+
+
+def _write_report(path: str, report: CheckReport, output_format: str, context: Context) -> None:
+    """Write the report to ``path``, UTF-8, as ruff's ``--output-file`` does, through the project's one way of
+    replacing a file (:func:`scalar_scales.files.durable.replaced`): a temporary file created exclusively, never
+    through a link, renamed over ``path``, so a reader sees the old report or the new one whole, and a link at
+    ``path`` is replaced, never written through. A new file takes the mode the umask gives (the temporary file is
+    created private); one replaced keeps its own."""
+    from scalar_scales.files.durable import os_errors_named, replaced
+
+    new = not os.path.lexists(path) or os.path.islink(path)
+    with os_errors_named(path, "write the report"), replaced(path, durable=False) as binary:
+        if new and hasattr(os, "fchmod"):
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(binary.fileno(), 0o666 & ~umask)
+        text = io.TextIOWrapper(binary, encoding="utf-8", newline="\n")
+        FORMATS[output_format].emit(text, report, context)
+        text.flush()
+        text.detach()
 
 
 def _settings(args: argparse.Namespace) -> Settings:
