@@ -62,7 +62,7 @@ from scalar_scales.doctor.report import (
     formats_help,
 )
 from scalar_scales.doctor.settings import ConfigError, Settings, find_config, read_config, resolve
-from scalar_scales.environment import SwitchValueError, read_command_line_switches
+from scalar_scales.environment import SwitchValueError, others_setting, read_command_line_switches
 from scalar_scales.errors import CheckpointError, Interrupted, StoppedAfterWriting, escaped
 from scalar_scales.nvfp4 import MODELOPT
 from scalar_scales.sources import HubShards, is_hub_address, open_checkpoint
@@ -179,6 +179,13 @@ def _build_parser() -> _Parser:
         action="store_true",
         help="print a count per rule (count, code, name) instead of the findings, as ruff's --statistics "
         f"({', '.join(FORMATS_TAKING['--statistics'])})",
+    )
+    check.add_argument(
+        "--color",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="colour the severities in the text: auto (the default) where standard output is a terminal, unless "
+        "NO_COLOR is set, or where FORCE_COLOR is set",
     )
     check.add_argument(
         "-o",
@@ -413,6 +420,8 @@ def _check(args: argparse.Namespace) -> int:
                 f"{option} is for --output-format {' or '.join(formats)}; it cannot be given with --output-format "
                 f"{output_format}"
             )
+    if args.color == "always" and output_format != "text":
+        args.parser.error(f"--color always colours the text; it cannot be given with --output-format {output_format}")
     if args.statistics and (args.list or args.show_all):
         args.parser.error(
             "--statistics prints a count per rule instead of the findings; it cannot be given with "
@@ -446,13 +455,31 @@ def _check(args: argparse.Namespace) -> int:
     )
     width = min(WIDTH, shutil.get_terminal_size((WIDTH, 24)).columns)
     context = Context(
-        show_all=args.show_all, with_scales=args.list, quiet=args.quiet, statistics=args.statistics, width=width
+        show_all=args.show_all,
+        with_scales=args.list,
+        quiet=args.quiet,
+        statistics=args.statistics,
+        colour=output_format == "text" and _colour(args.color, to_file=args.output_file is not None),
+        width=width,
     )
     if args.output_file is not None:
         _write_report(args.output_file, report, output_format, context)
     elif not args.silent:
         _emit_report(report, output_format, context)
     return report.exit_code
+
+
+def _colour(when: str, *, to_file: bool) -> bool:
+    """Whether the text is coloured, as ruff and most tools decide it: ``--color always`` or ``never``; else
+    (``auto``) not where ``NO_COLOR`` is set (not empty), yes where ``FORCE_COLOR`` is, else where standard output is
+    a terminal (a file, ``--output-file``, is not)."""
+    if when != "auto":
+        return when == "always"
+    if others_setting("NO_COLOR"):
+        return False
+    if others_setting("FORCE_COLOR"):
+        return True
+    return not to_file and sys.stdout.isatty()
 
 
 def _check_writable(path: str) -> None:

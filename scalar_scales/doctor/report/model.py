@@ -43,12 +43,14 @@ class Context:
     (``--show-all``); ``with_scales``: every per-tensor scale in scope (``--list``); ``quiet``: the findings and
     nothing else, no heading and no summary line, as ruff's ``--quiet`` prints its diagnostics alone
     (``--quiet``); ``statistics``: a count per rule instead of the findings, as ruff's ``--statistics``
-    (``--statistics``); ``width``: the width a rule's explanation is wrapped to."""
+    (``--statistics``); ``colour``: the severities in colour (``--color``, text only); ``width``: the width a
+    rule's explanation is wrapped to."""
 
     show_all: bool = False
     with_scales: bool = False
     quiet: bool = False
     statistics: bool = False
+    colour: bool = False
     width: int = WIDTH
 
 

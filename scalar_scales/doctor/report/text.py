@@ -19,6 +19,7 @@ a line of its own or reach the terminal.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import textwrap
 from collections import Counter
@@ -57,7 +58,45 @@ def emit(out: Writer, report: CheckReport, context: Context) -> None:
             width=context.width,
             quiet=context.quiet,
         )
-    out.write("".join(escaped(line) + "\n" for line in lines))
+    written = [escaped(line) for line in lines]
+    if context.colour:
+        written = coloured(written, report, summarised=not context.quiet)
+    out.write("".join(line + "\n" for line in written))
+
+
+COLOURS = {"error": "\x1b[1;31m", "warning": "\x1b[1;33m", "info": "\x1b[1;36m", "passed": "\x1b[1;32m"}
+"""The colour of each severity's word (bold red, yellow, cyan), and of "All checks passed" (bold green)."""
+RESET = "\x1b[0m"
+_COUNTED = re.compile(r"(?<=: |, )(\d+ (?:errors?|warnings?|info))(?=,|$)")
+
+
+def coloured(lines: list[str], report: CheckReport, *, summarised: bool) -> list[str]:
+    """``lines``, escaped already, with the severity of each rule's first line and the summary's counts in their
+    colours, as ruff colours its own. Only those lines are coloured, each known by what the report makes it start
+    with, never a name from the checkpoint: the colour codes come after escaping, which would show them."""
+    heads = {f"{g.rule.code} {g.rule.name} ({g.rule.severity}): ": g.rule.severity for g in report.by_rule}
+    painted = []
+    for line in lines:
+        for head, severity in heads.items():
+            if line.startswith(head):
+                start = head.rindex("(") + 1
+                line = f"{head[:start]}{COLOURS[severity]}{severity}{RESET}{line[start + len(severity) :]}"
+                break
+        painted.append(line)
+    if summarised and painted:
+        last = painted[-1]
+        if last.startswith("All checks passed"):
+            last = f"{COLOURS['passed']}All checks passed{RESET}{last.removeprefix('All checks passed')}"
+        elif last.startswith("Found "):
+            head, sep, rest = last.partition(" (")
+            last = _COUNTED.sub(lambda m: f"{COLOURS[_severity(m[1])]}{m[1]}{RESET}", head) + sep + rest
+        painted[-1] = last
+    return painted
+
+
+def _severity(counted_text: str) -> str:
+    """The severity of ``"48 warnings"``: ``warning``."""
+    return counted_text.split()[1].removesuffix("s")
 
 
 def statistics_lines(report: CheckReport) -> list[str]:
