@@ -4,6 +4,8 @@ command line as ruff layers its own, every key checked, and what was resolved sh
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -219,3 +221,13 @@ def test_docs_example_file_is_read_as_it_says(checkpoint):
         f"strict: true ({config})",
         f"output-format: github ({config})",
     ]
+
+
+def test_a_check_without_a_configuration_file_never_imports_tomllib(checkpoint):
+    """tomllib is imported only where a file is read: a check without one never pays for it."""
+    code = (
+        "import sys; from scalar_scales.cli import main; "
+        f"code = main(['check', {str(checkpoint)!r}, '--silent']); print(code, 'tomllib' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.stdout == "0 False\n", result.stderr
