@@ -261,10 +261,12 @@ def resolve(
     start: frozenset[str] | None = None
     codes_from = DEFAULT
     if file is not None and (file.select is not None or file.ignore is not None):
-        try:
-            start = selected_codes(file.select or (), file.ignore or ())
-        except ValueError as exc:
-            raise ConfigError(f"{file.path}: select and ignore: {exc}") from None
+        start = selected_codes(file.select or ()) - codes_matching(file.ignore or ())
+        if not start:
+            raise ConfigError(
+                f"{file.path}: select and ignore: together they leave no rule to apply, and a check of no rule "
+                "would pass any checkpoint"
+            )
         codes_from = file.path
     if select or extend_select or ignore:
         codes_from = COMMAND_LINE if select or start is None else f"{file.path if file else ''} and command line"

@@ -183,7 +183,7 @@ def test_a_hub_check_finds_its_configuration_from_the_current_folder(tmp_path, m
         ('per-module-ignores = ["x"]\n', "per-module-ignores", "must be a table of patterns"),
         ('[per-module-ignores]\n"x" = ["NV0"]\n', 'per-module-ignores."x"', "unknown rule code 'NV0'"),
         ('[per-module-ignores]\n"re:(?=x)" = ["NV1"]\n', 'per-module-ignores."re:(?=x)"', "not a pattern"),
-        ('select = ["NV1"]\nignore = ["NV1"]\n', "select and ignore", "leaves no rule to apply"),
+        ('select = ["NV1"]\nignore = ["NV1"]\n', "select and ignore", "together they leave no rule to apply"),
         ("strict = \n", "", "not valid TOML: "),
     ],
 )
