@@ -125,7 +125,9 @@ def _build_parser() -> _Parser:
         "dtypes (NV4), an index that disagrees with its shards (NV5), and what config.json declares against what "
         "the shards hold: ignored or untargeted NVFP4 modules, input scales of weight-only groups, KV-cache scales, "
         "undeclared NVFP4 (NV6). Exit 0 when no error is found (or with --exit-zero), 1 when one is (with --strict, "
-        "also a warning), 2 when the checkpoint is unreadable or the command line is wrong.",
+        "also a warning), 2 when the checkpoint is unreadable, a configuration file is wrong or the command line is "
+        "wrong. Settings come from the nearest scalar-scales.toml, or pyproject.toml with [tool.scalar-scales], "
+        "upward from the checkpoint, under the command line's (--show-settings prints them).",
     )
     check.set_defaults(parser=check)
     check.add_argument("path", help="checkpoint folder, .safetensors file, or hf://ORG/NAME[@REVISION]")
@@ -225,7 +227,7 @@ def _build_parser() -> _Parser:
         description="Change NVFP4 global scales (and the per-tensor scales --include names) between (1,) and 0-D "
         "by editing each shard's header: in place where it keeps its length, else in a new file renamed over "
         "the shard (no tensor data changes either way), then set config.json's format_version. Crash-safe and "
-        "idempotent.",
+        "idempotent. --check changes nothing and exits 1 where it would change something.",
     )
     migrate.set_defaults(parser=migrate)
     migrate.add_argument("path", help="checkpoint folder or .safetensors file")
