@@ -27,10 +27,10 @@ every global scale also in the other convention (NV302, 132,096 findings);
 written with spaces and newlines (``json.dumps(..., indent=1)``), with the
 index the floor reads.
 
-``check`` runs with every rule, as ``--quiet`` (the summary line) and as
+``check`` runs with every rule, as ``--statistics`` (the counts and the summary line) and as
 text (the default output), each alternating with each reference: the
 commands of one repeat run in the order check, user_script, check, floor
-(``--quiet``, then text), and each ratio is the median, over the repeats,
+(``--statistics``, then text), and each ratio is the median, over the repeats,
 of a check run over the reference run just after it (a pair shares the
 machine's state of the moment, which on a shared machine drifts by more than
 the difference measured), of wall times and, in brackets, of CPU times
@@ -145,8 +145,8 @@ def main() -> None:
         verdicts = []
         for label, checkpoint in made.items():
             reference = {name: [sys.executable, str(script), str(checkpoint)] for name, script in scripts.items()}
-            outputs = [("--quiet", ["--quiet"]), ("text", [])]
-            outputs += [(f"--quiet --select {code}", ["--quiet", "--select", code]) for code in alone]
+            outputs = [("--statistics", ["--statistics"]), ("text", [])]
+            outputs += [(f"--statistics --select {code}", ["--statistics", "--select", code]) for code in alone]
             for shown, options in outputs:
                 check = [sys.executable, "-m", "scalar_scales", "check", str(checkpoint), *options]
                 runs: dict[str, list[float]] = {"check": [], "user_script.py": [], "floor_sharded.py": []}
@@ -168,7 +168,7 @@ def main() -> None:
                     f"{label:<14} {shown:<18} {medians['check']:>7.3f} {medians['user_script.py']:>7.3f} "
                     f"{medians['floor_sharded.py']:>7.3f} {over['user_script.py']:>16} {over['floor_sharded.py']:>16}"
                 )
-                if label == "legacy" and shown in ("--quiet", "text"):
+                if label == "legacy" and shown in ("--statistics", "text"):
                     verdicts += [
                         f"legacy, check {shown}: {over[name]} {name} (target: at most {target:.1f}x)"
                         for name, target in TARGETS.items()

@@ -15,9 +15,9 @@ Each is served with ``--latency`` seconds before every reply (each request on
 its own; parallel requests wait together), and read by, alternately, each
 ``--repeats`` times, in new processes:
 
-- ``check``: ``python -m scalar_scales check hf://ORG/NAME --quiet``
+- ``check``: ``python -m scalar_scales check hf://ORG/NAME --statistics``
   (``--check-args``), which reads every header and every global scale's
-  value and runs every rule (``--quiet``: printing the sorted repository's
+  value and runs every rule (``--statistics``: printing the sorted repository's
   66,048 NV101 findings as JSON adds about a second, the report's cost, not
   the Hub's);
 - ``hf``: ``HfApi().get_safetensors_metadata(ORG/NAME)``, which reads the
@@ -90,8 +90,8 @@ def main() -> None:
     parser.add_argument(
         "--check-args",
         nargs="*",
-        default=["--quiet"],
-        help="check's options (default --quiet: the report of its "
+        default=["--statistics"],
+        help="check's options (default --statistics: the report of its "
         "66,048 NV101 findings, (1,) scales, is the report's cost, not the Hub's)",
     )
     args = parser.parse_args()

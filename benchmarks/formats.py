@@ -4,7 +4,7 @@ global scales, so its only finding is NV101, 66,048 times (45 MB of JSON, 86 MB 
 
 Each format runs as the whole command, in a new process, its output to
 ``/dev/null``, alternately with the text report (the default, without
-``--quiet``), each ``--repeats`` times. The table gives the medians, the
+``--statistics``), each ``--repeats`` times. The table gives the medians, the
 output's size, each run's peak memory (``os.wait4``), and the median of
 each run's time over the text run just before it (a pair shares the
 machine's state of the moment, which on a shared machine drifts by more

@@ -76,14 +76,14 @@ def main() -> None:
     try:
         folder = root / "ckpt"
         header = checkpoint(folder, args.scales, args.shards) / 1e6
-        rows = [("check", peak_mb([*command, "check", "--quiet", str(folder)]))]
+        rows = [("check", peak_mb([*command, "check", "--statistics", str(folder)]))]
         migrated = root / "migrated"
         shutil.copytree(folder, migrated)
         rows.append(("migrate", peak_mb([*command, "migrate", str(migrated)])))
         with serve_hub({"org/model": HubRepository({"main": folder})}) as (endpoint, _):
             env = {**os.environ, **client_environment(endpoint, root)}
             env = {key: value for key, value in env.items() if value is not None}
-            rows.append(("check hf://", peak_mb([*command, "check", "--quiet", "hf://org/model"], env)))
+            rows.append(("check hf://", peak_mb([*command, "check", "--statistics", "hf://org/model"], env)))
         print(f"{args.shards} shard(s) of {args.scales} global scales, each header {header:.1f} MB")
         print(f"{'command':<12} {'peak MB':>8} {'x header':>9}")
         for name, peak in rows:

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Collection, Iterable, Sequence
+from dataclasses import replace
 
 from scalar_scales.doctor import CheckReport, diagnose, selected_codes
+from scalar_scales.doctor.settings import ModuleIgnores
 from scalar_scales.files.header_edit import Layout
 from scalar_scales.migration import MigrationReport, migrate_checkpoint
 from scalar_scales.sources import OpenedCheckpoint, open_checkpoint
@@ -49,15 +51,23 @@ def check_opened(
     include: Sequence[str] = (),
     strict: bool = False,
     exit_zero: bool = False,
+    module_ignores: ModuleIgnores | None = None,
 ) -> CheckReport:
-    """The report of the rules ``codes`` on a checkpoint already opened (a folder, the Hub, git's staging area)."""
+    """The report of the rules ``codes`` on a checkpoint already opened (a folder, the Hub, git's staging area),
+    less the findings ``module_ignores`` (a configuration file's ``per-module-ignores``) drops, which it counts."""
     fetched = None
     if opened.hub is not None:  # the Hub's source, imported only where a check reads the Hub
         from scalar_scales.sources.hub import HubShards
 
         fetched = opened.source if isinstance(opened.source, HubShards) else None
     diagnosis = diagnose(opened, include=include, codes=codes)
-    return CheckReport(diagnosis, strict, fetched, exit_zero=exit_zero, include=tuple(include))
+    ignored = 0
+    if module_ignores:
+        kept, ignored = module_ignores.split(diagnosis.findings)
+        diagnosis = replace(diagnosis, findings=kept)
+    return CheckReport(
+        diagnosis, strict, fetched, exit_zero=exit_zero, include=tuple(include), ignored_by_config=ignored
+    )
 
 
 def migrate(

@@ -12,7 +12,7 @@ Exit codes (docs/check.md, docs/migrate.md), on every path:
 - 0: done; ``check`` found no error (warnings may be present), or
   ``--exit-zero`` was given;
 - 1: ``check`` found an error (with ``--strict``, also a warning), and
-  ``--exit-zero`` was not given;
+  ``--exit-zero`` was not given; ``migrate --check`` would change something;
 - 2: refused, and nothing changed: the command line, or a file, is wrong
   (``--exit-zero`` too); an unknown option or command is named with the
   nearest one, and an abbreviated option is refused;
@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import gc
+import io
 import json
 import os
 import shutil
@@ -38,6 +39,7 @@ import sys
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from scalar_scales.api import check_opened
@@ -46,11 +48,10 @@ from scalar_scales.doctor import (
     SHOWN_PER_RULE,
     CheckReport,
     reference_document,
+    rule_data,
     rule_reference,
-    selected_codes,
 )
 from scalar_scales.doctor.report import (
-    DEFAULT_FORMAT,
     FORMATS,
     FORMATS_TAKING,
     OUTPUT_FORMATS,
@@ -59,7 +60,8 @@ from scalar_scales.doctor.report import (
     Context,
     formats_help,
 )
-from scalar_scales.environment import SwitchValueError, read_command_line_switches
+from scalar_scales.doctor.settings import ConfigError, Settings, find_config, read_config, resolve
+from scalar_scales.environment import SwitchValueError, others_setting, read_command_line_switches
 from scalar_scales.errors import CheckpointError, Interrupted, StoppedAfterWriting, escaped
 from scalar_scales.nvfp4 import MODELOPT
 from scalar_scales.sources import is_hub_address, open_checkpoint
@@ -106,15 +108,16 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _suggestion(given: str, known: Sequence[str]) -> str:
-    """``; did you mean X?`` for the one known word ``given`` abbreviates, else the nearest, else nothing."""
-    starting = [word for word in known if word.startswith(given)]
-    near = starting if len(starting) == 1 else difflib.get_close_matches(given, known, n=1)
-    return f"; did you mean {near[0]}?" if near else ""
+    """``; did you mean X?`` for the known words ``given`` abbreviates (``X or Y`` where it abbreviates several),
+    else the nearest, else nothing."""
+    starting = sorted({word for word in known if word.startswith(given)})
+    near = starting or difflib.get_close_matches(given, known, n=1)
+    return f"; did you mean {' or '.join(near)}?" if near else ""
 
 
 def _build_parser() -> _Parser:
     parser = _Parser(prog="scalar-scales", description=DESCRIPTION)
-    parser.add_argument("--version", action=_Version, nargs=0, help="print the version and exit")
+    parser.add_argument("-V", "--version", action=_Version, nargs=0, help="print the version and exit")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     check = commands.add_parser(
@@ -126,15 +129,36 @@ def _build_parser() -> _Parser:
         "dtypes (NV4), an index that disagrees with its shards (NV5), and what config.json declares against what "
         "the shards hold: ignored or untargeted NVFP4 modules, input scales of weight-only groups, KV-cache scales, "
         "undeclared NVFP4 (NV6). Exit 0 when no error is found (or with --exit-zero), 1 when one is (with --strict, "
-        "also a warning), 2 when the checkpoint is unreadable or the command line is wrong.",
+        "also a warning), 2 when the checkpoint is unreadable, a configuration file is wrong or the command line is "
+        "wrong. Settings come from the nearest scalar-scales.toml, or pyproject.toml with [tool.scalar-scales], "
+        "upward from the checkpoint, under the command line's (--show-settings prints them).",
     )
     check.set_defaults(parser=check)
     check.add_argument("path", help="checkpoint folder, .safetensors file, or hf://ORG/NAME[@REVISION]")
     check.add_argument(
         "--select", action="append", default=[], metavar="CODE", help="only these rules (codes or prefixes: NV1, NV301)"
     )
+    check.add_argument(
+        "--extend-select",
+        action="append",
+        default=[],
+        metavar="CODE",
+        help="these rules as well as those the configuration file selects",
+    )
     check.add_argument("--ignore", action="append", default=[], metavar="CODE", help="not these rules")
     check.add_argument("--output-format", choices=OUTPUT_FORMATS, default=None, help=formats_help())
+    check.add_argument(
+        "--config",
+        metavar="PATH",
+        help="the configuration file to read (a scalar-scales.toml, or a pyproject.toml's [tool.scalar-scales]), "
+        "instead of the nearest one found upward from PATH",
+    )
+    check.add_argument("--isolated", action="store_true", help="read no configuration file")
+    check.add_argument(
+        "--show-settings",
+        action="store_true",
+        help="print the settings the check would run with, and the file each came from; check nothing",
+    )
     check.add_argument("--json", action="store_true", help="the same as --output-format json")
     check.add_argument(
         "--exit-zero", action="store_true", help="exit 0 even when errors are found (2 still means refused)"
@@ -152,7 +176,29 @@ def _build_parser() -> _Parser:
         "-q",
         "--quiet",
         action="store_true",
-        help=f"print only the summary line ({', '.join(FORMATS_TAKING['--quiet'])})",
+        help="print the findings and nothing else: no heading, no summary line, as ruff's --quiet "
+        f"({', '.join(FORMATS_TAKING['--quiet'])})",
+    )
+    check.add_argument("-s", "--silent", action="store_true", help="print nothing; the exit code says what was found")
+    check.add_argument(
+        "--statistics",
+        action="store_true",
+        help="print a count per rule (count, code, name) instead of the findings, as ruff's --statistics "
+        f"({', '.join(FORMATS_TAKING['--statistics'])})",
+    )
+    check.add_argument(
+        "--color",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="colour the severities in the text: auto (the default) where standard output is a terminal, unless "
+        "NO_COLOR is set, or where FORCE_COLOR is set",
+    )
+    check.add_argument(
+        "-o",
+        "--output-file",
+        metavar="FILE",
+        help="write the report to FILE instead of standard output: a new file, or one that replaces FILE whole "
+        "(a link is replaced, not written through)",
     )
     check.add_argument("--include", action="append", default=[], metavar="GLOB", help="also these per-tensor scales")
     check.add_argument(
@@ -171,6 +217,13 @@ def _build_parser() -> _Parser:
     rule.set_defaults(parser=rule)
     rule.add_argument("codes", nargs="*", metavar="CODE", help="a rule's code, such as NV101")
     rule.add_argument("--all", action="store_true", help="every rule: the reference docs/rules.md holds")
+    rule.add_argument(
+        "--output-format",
+        choices=("text", "json"),
+        default="text",
+        help="text (the default: the reference, in Markdown) or json (each rule's data: an object for one rule, a "
+        "list for several or --all)",
+    )
 
     migrate = commands.add_parser(
         "migrate",
@@ -178,7 +231,7 @@ def _build_parser() -> _Parser:
         description="Change NVFP4 global scales (and the per-tensor scales --include names) between (1,) and 0-D "
         "by editing each shard's header: in place where it keeps its length, else in a new file renamed over "
         "the shard (no tensor data changes either way), then set config.json's format_version. Crash-safe and "
-        "idempotent.",
+        "idempotent. --check changes nothing and exits 1 where it would change something.",
     )
     migrate.set_defaults(parser=migrate)
     migrate.add_argument("path", help="checkpoint folder or .safetensors file")
@@ -189,6 +242,12 @@ def _build_parser() -> _Parser:
         help="scalar: 0-D scales and format_version 2 (the default); legacy: (1,) scales and no format_version",
     )
     migrate.add_argument("--dry-run", action="store_true", help="say what would change; change nothing")
+    migrate.add_argument(
+        "--check",
+        action="store_true",
+        help="say what would change and change nothing, as --dry-run, then exit 1 if anything would change, 0 if "
+        "nothing would (as ruff format --check)",
+    )
     migrate.add_argument("--json", action="store_true", help="machine-readable output, no progress bar")
     migrate.add_argument(
         "--include", action="append", default=[], metavar="GLOB", help="also these per-tensor scales (any format)"
@@ -271,7 +330,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.command == "rule":
             return _rule(args)
         return _migrate(args)
-    except (CheckpointError, SwitchValueError) as exc:
+    except (CheckpointError, SwitchValueError, ConfigError) as exc:
         _say_error(str(exc))
         return REFUSED
     except StoppedAfterWriting as exc:
@@ -351,13 +410,15 @@ def _emit_lines(lines: list[str]) -> None:
 
 
 def _check(args: argparse.Namespace) -> int:
-    try:
-        codes = selected_codes(args.select, args.ignore)
-    except ValueError as exc:
-        args.parser.error(str(exc))
-    output_format: str = args.output_format or ("json" if args.json else DEFAULT_FORMAT)
-    if args.json and output_format != "json":
-        args.parser.error(f"--json is --output-format json; it cannot be given with --output-format {output_format}")
+    if args.json and args.output_format not in (None, "json"):
+        args.parser.error(
+            f"--json is --output-format json; it cannot be given with --output-format {args.output_format}"
+        )
+    settings = _settings(args)
+    if args.show_settings:
+        _emit_lines([f"Settings for {args.path}:", *settings.lines()])
+        return 0
+    output_format = settings.output_format
     for option in PRINTING_OPTIONS:
         given = getattr(args, option.removeprefix("--").replace("-", "_"))
         if given and output_format not in (formats := FORMATS_TAKING[option]):
@@ -365,10 +426,15 @@ def _check(args: argparse.Namespace) -> int:
                 f"{option} is for --output-format {' or '.join(formats)}; it cannot be given with --output-format "
                 f"{output_format}"
             )
-    if args.quiet and (args.list or args.show_all):
+    if args.color == "always" and output_format != "text":
+        args.parser.error(f"--color always colours the text; it cannot be given with --output-format {output_format}")
+    if args.statistics and (args.list or args.show_all):
         args.parser.error(
-            f"--quiet prints the summary line alone; it cannot be given with {'--list' if args.list else '--show-all'}"
+            "--statistics prints a count per rule instead of the findings; it cannot be given with "
+            f"{'--list' if args.list else '--show-all'}"
         )
+    if args.output_file is not None:
+        _check_writable(args.output_file)
     if args.staged:
         from scalar_scales.sources.staged import open_staged  # git's reader, which a check of a folder never needs
 
@@ -376,27 +442,119 @@ def _check(args: argparse.Namespace) -> int:
     else:
         opened = open_checkpoint(args.path)
     if opened is None:
-        _emit_lines([f"{args.path}: nothing to check: the staged changes touch none of its files"])
+        if not (args.quiet or args.silent):
+            _emit_lines([f"{args.path}: nothing to check: the staged changes touch none of its files"])
         return 0
-    report = check_opened(opened, codes=codes, include=args.include, strict=args.strict, exit_zero=args.exit_zero)
+    report = check_opened(
+        opened,
+        codes=settings.codes,
+        include=args.include,
+        strict=settings.strict,
+        exit_zero=args.exit_zero,
+        module_ignores=settings.per_module_ignores,
+    )
     width = min(WIDTH, shutil.get_terminal_size((WIDTH, 24)).columns)
-    context = Context(show_all=args.show_all, with_scales=args.list, quiet=args.quiet, width=width)
-    _emit_report(report, output_format, context)
+    context = Context(
+        show_all=args.show_all,
+        with_scales=args.list,
+        quiet=args.quiet,
+        statistics=args.statistics,
+        colour=output_format == "text" and _colour(args.color, to_file=args.output_file is not None),
+        width=width,
+    )
+    if args.output_file is not None:
+        _write_report(args.output_file, report, output_format, context)
+    elif not args.silent:
+        _emit_report(report, output_format, context)
     if args.own_process:
         _NOT_FREED.append(report)
     return report.exit_code
 
 
+def _colour(when: str, *, to_file: bool) -> bool:
+    """Whether the text is coloured, as ruff and most tools decide it: ``--color always`` or ``never``; else
+    (``auto``) not where ``NO_COLOR`` is set (not empty), yes where ``FORCE_COLOR`` is, else where standard output is
+    a terminal (a file, ``--output-file``, is not)."""
+    if when != "auto":
+        return when == "always"
+    if others_setting("NO_COLOR"):
+        return False
+    if others_setting("FORCE_COLOR"):
+        return True
+    return not to_file and sys.stdout.isatty()
+
+
+def _check_writable(path: str) -> None:
+    """Refuse, before anything is read, a report file that cannot be written: a folder, or a file in a folder
+    where a file cannot be created and renamed (which :func:`_write_report` does), each in one line."""
+    from scalar_scales.files.durable import try_replacing_in
+
+    if os.path.isdir(path):
+        raise CheckpointError(path, "is a folder: --output-file names the file to write the report to")
+    try_replacing_in(Path(os.path.dirname(path) or os.curdir))
+
+
+def _write_report(path: str, report: CheckReport, output_format: str, context: Context) -> None:
+    """Write the report to ``path``, UTF-8, as ruff's ``--output-file`` does, through the project's one way of
+    replacing a file (:func:`scalar_scales.files.durable.replaced`): a temporary file created exclusively, never
+    through a link, renamed over ``path``, so a reader sees the old report or the new one whole, and a link at
+    ``path`` is replaced, never written through. A new file takes the mode the umask gives (the temporary file is
+    created private); one replaced keeps its own."""
+    from scalar_scales.files.durable import os_errors_named, replaced
+
+    new = not os.path.lexists(path) or os.path.islink(path)
+    with os_errors_named(path, "write the report"), replaced(path, durable=False) as binary:
+        if new and hasattr(os, "fchmod"):
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(binary.fileno(), 0o666 & ~umask)
+        text = io.TextIOWrapper(binary, encoding="utf-8", newline="\n")
+        FORMATS[output_format].emit(text, report, context)
+        text.flush()
+        text.detach()
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    """The settings the check runs with: the command line's over the configuration file's (``--config``, else the
+    nearest upward from the checked path, or from the current folder for a Hub repository; none with
+    ``--isolated``). A wrong option is a usage error; a wrong file is a :class:`ConfigError`, one line naming it."""
+    if args.isolated and args.config is not None:
+        args.parser.error("--isolated reads no configuration file; it cannot be given with --config")
+    if args.isolated:
+        file = None
+    elif args.config is not None:
+        file = read_config(args.config)
+    else:
+        file = find_config(os.curdir if is_hub_address(args.path) else args.path)
+    try:
+        return resolve(
+            file,
+            select=args.select,
+            extend_select=args.extend_select,
+            ignore=args.ignore,
+            strict=args.strict,
+            output_format=args.output_format or ("json" if args.json else None),
+        )
+    except ConfigError:
+        raise
+    except ValueError as exc:
+        parser: _Parser = args.parser
+        parser.error(str(exc))
+
+
 def _rule(args: argparse.Namespace) -> int:
     if args.all == bool(args.codes):
         args.parser.error("name one or more rule codes, or --all")
-    if args.all:
-        _emit(reference_document().rstrip("\n"))
-        return 0
-    codes = [code.upper() for code in args.codes]
+    codes = list(RULES) if args.all else [code.upper() for code in args.codes]
     if unknown := [code for code in codes if code not in RULES]:
         args.parser.error(f"unknown rule code {unknown[0]!r}; the rules are {', '.join(RULES)}")
-    _emit("\n".join(rule_reference(RULES[code]) for code in codes).rstrip("\n"))
+    if args.output_format == "json":
+        data = [rule_data(RULES[code]) for code in codes]
+        _emit(json.dumps(data if args.all or len(data) > 1 else data[0], indent=2))
+    elif args.all:
+        _emit(reference_document().rstrip("\n"))
+    else:
+        _emit("\n".join(rule_reference(RULES[code]) for code in codes).rstrip("\n"))
     return 0
 
 
@@ -413,7 +571,7 @@ def _migrate(args: argparse.Namespace) -> int:
     report = migrate_checkpoint(
         args.path,
         to=args.to,
-        dry_run=args.dry_run,
+        dry_run=args.dry_run or args.check,
         include=args.include,
         materialize=args.materialize,
         progress=_progress_bar if show_progress else None,
@@ -435,7 +593,7 @@ def _migrate(args: argparse.Namespace) -> int:
         if report.dry_run or not report.changed:
             raise _stdout_refused(exc) from None
         _say_report_lost(report, exc)
-    return 0
+    return 1 if args.check and report.changed else 0
 
 
 def _stdout_refused(error: OSError) -> CheckpointError:

@@ -115,6 +115,7 @@ OTHERS_SETTINGS: dict[str, str] = {
         ),
         "huggingface_hub's HTTP client",
     ),
+    **dict.fromkeys(("NO_COLOR", "FORCE_COLOR"), "the colour conventions (no-color.org, force-color.org)"),
     **dict.fromkeys(
         ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_OBJECT_DIRECTORY"),
         "git",
@@ -123,7 +124,8 @@ OTHERS_SETTINGS: dict[str, str] = {
 """The variables other programs own that scalar-scales reads too, each with its owner: ``check hf://``, to
 refuse in one line naming it a value huggingface_hub would fail on with a traceback, or take for what it cannot
 be (``sources.hub``, ``sources.hub_client``); ``check --staged``, to make git's paths absolute before it runs git
-in another folder (``sources.staged``). Their owner reads them for their meaning."""
+in another folder (``sources.staged``); ``check``, whether to colour its text where ``--color`` is ``auto``
+(``cli``). Their owner reads them for their meaning."""
 
 
 def others_setting(name: str) -> str | None:

@@ -9,7 +9,13 @@ Generated examples are the same on every run (hypothesis derandomized): CI
 runs the examples the developer ran, so an example that fails or hangs does
 so everywhere, not by chance. ``--hypothesis-seed N`` explores others (a
 seed turns the derandomizing off: hypothesis would ignore the seed).
+
+``NO_COLOR`` and ``FORCE_COLOR`` are removed from the run's environment: a CI
+runner that sets ``FORCE_COLOR`` for its own tools would colour every
+report ``check`` prints; the tests of colour set them where they test them.
 """
+
+import os
 
 import pytest
 from hypothesis import settings
@@ -18,6 +24,8 @@ settings.register_profile("repeatable", derandomize=True, database=None)
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    for name in ("NO_COLOR", "FORCE_COLOR"):
+        os.environ.pop(name, None)
     if config.getoption("hypothesis_seed", None) is None:
         settings.load_profile("repeatable")
 

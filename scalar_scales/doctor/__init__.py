@@ -2,15 +2,16 @@
 (:mod:`.rules`), in one catalogue (:mod:`.catalogue`: scale rules :mod:`.scale_rules`, module rules
 :mod:`.module_rules`, index rules :mod:`.index_rules`, config rules :mod:`.config_rules`) over what they look at
 (:mod:`.view`); what a config declares of each module (:mod:`.expectations`, matched as the producer matches,
-:mod:`.matching` and :mod:`.patterns`); every rule applied (:mod:`.diagnosis`); what the command prints
-(:mod:`.report`, in each output format), and each rule's reference (:mod:`.reference`, docs/rules.md).
-docs/check.md says how the rules are applied, and docs/check-evidence.md what vLLM was seen to do with each."""
+:mod:`.matching` and :mod:`.patterns`); every rule applied (:mod:`.diagnosis`); the settings a configuration file
+gives (:mod:`.settings`); what the command prints (:mod:`.report`, in each output format), and each rule's
+reference (:mod:`.reference`, docs/rules.md). docs/check.md says how the rules are applied, and
+docs/check-evidence.md what vLLM was seen to do with each."""
 
 from scalar_scales.doctor.catalogue import RULES, selected_codes
 from scalar_scales.doctor.diagnosis import Diagnosis, diagnose
 from scalar_scales.doctor.expectations import Expectations, expectations_of
 from scalar_scales.doctor.matching import Kind, Matcher, module_kind
-from scalar_scales.doctor.reference import reference_document, rule_reference
+from scalar_scales.doctor.reference import reference_document, rule_data, rule_reference
 from scalar_scales.doctor.report import (
     FORMATS_TAKING,
     OUTPUT_FORMATS,
@@ -59,6 +60,7 @@ __all__ = [
     "module_kind",
     "reference_document",
     "render",
+    "rule_data",
     "rule_reference",
     "selected_codes",
 ]

@@ -18,7 +18,7 @@ import scalar_scales.doctor.module_rules as module_rules
 import scalar_scales.doctor.scale_rules as scale_rules
 from scalar_scales.doctor.rules import Rule
 
-__all__ = ["RULES", "selected_codes"]
+__all__ = ["RULES", "codes_matching", "selected_codes"]
 
 
 def _by_code(*rules: Rule) -> dict[str, Rule]:
@@ -55,20 +55,42 @@ RULES: dict[str, Rule] = _by_code(
 fails where they differ."""
 
 
-def selected_codes(select: Iterable[str] = (), ignore: Iterable[str] = ()) -> frozenset[str]:
-    """The codes ``--select`` and ``--ignore`` leave: each entry is a code or a code prefix, as in ruff's options.
+def selected_codes(
+    select: Iterable[str] = (),
+    ignore: Iterable[str] = (),
+    *,
+    extend_select: Iterable[str] = (),
+    start: frozenset[str] | None = None,
+) -> frozenset[str]:
+    """The codes ``--select``, ``--extend-select`` and ``--ignore`` leave: each entry is a code or a code prefix, as
+    in ruff's options, and the selection is made as ruff layers its own: ``select`` replaces what came before,
+    ``extend_select`` adds to it and ``ignore`` takes from it. ``start``: what came before (a configuration
+    file's selection, :mod:`.settings`); every rule where None.
 
-    With no ``select``, every rule is selected. An entry that matches no rule
-    is a :class:`ValueError` naming it: a typo must not silently switch a
-    rule off. So is a selection that leaves no rule: a check of no rule
-    would pass any checkpoint.
+    An entry that matches no rule is a :class:`ValueError` naming it: a typo
+    must not silently switch a rule off. So is a selection that leaves no
+    rule: a check of no rule would pass any checkpoint.
     """
-    selected, ignored = _entries(select), _entries(ignore)
-    chosen = frozenset(_matching(selected) if selected else RULES) - _matching(ignored)
-    if not chosen:  # only --ignore empties a selection: each --select entry matches a rule
-        given = (f"--select {','.join(selected)} " if selected else "") + f"--ignore {','.join(ignored)}"
-        raise ValueError(f"{given} leaves no rule to apply, and a check of no rule would pass any checkpoint")
+    selected, extended, ignored = _entries(select), _entries(extend_select), _entries(ignore)
+    before = frozenset(RULES) if start is None else start
+    chosen = (frozenset(_matching(selected)) if selected else before) | _matching(extended)
+    chosen -= _matching(ignored)
+    if not chosen:
+        given = " ".join(
+            f"{option} {','.join(entries)}"
+            for option, entries in (("--select", selected), ("--extend-select", extended), ("--ignore", ignored))
+            if entries
+        )
+        raise ValueError(
+            f"{given or 'the selection'} leaves no rule to apply, and a check of no rule would pass any checkpoint"
+        )
     return chosen
+
+
+def codes_matching(values: Iterable[str]) -> frozenset[str]:
+    """The codes the entries of ``values`` name (codes, prefixes or ``ALL``, comma-separated or not, as
+    ``--select`` takes them): a :class:`ValueError` naming the first that names none."""
+    return frozenset(_matching(_entries(values)))
 
 
 def _entries(values: Iterable[str]) -> list[str]:

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from scalar_scales.doctor.catalogue import RULES
 from scalar_scales.doctor.rules import EFFECTS, NEEDS, Rule
 from scalar_scales.nvfp4 import LAYOUTS
 
-__all__ = ["REFERENCE_TITLE", "reference_document", "rule_reference"]
+__all__ = ["REFERENCE_TITLE", "reference_document", "rule_data", "rule_reference"]
 
 REFERENCE_TITLE = "# The rules of `scalar-scales check`"
 _INTRODUCTION = """\
@@ -54,3 +56,23 @@ def rule_reference(rule: Rule) -> str:
 def reference_document() -> str:
     """Every rule's reference, in code order: docs/rules.md."""
     return "\n".join([REFERENCE_TITLE, "", _INTRODUCTION, "", *map(rule_reference, RULES.values())]).rstrip("\n") + "\n"
+
+
+def rule_data(rule: Rule) -> dict[str, Any]:
+    """One rule as data, for ``scalar-scales rule --output-format json`` (as ruff's ``rule --output-format
+    json``): what its reference says, each part under its own key, from the same rule object."""
+    return {
+        "code": rule.code,
+        "name": rule.name,
+        "severity": rule.severity,
+        "effect": rule.effect,
+        "effect_description": EFFECTS[rule.effect],
+        "effect_elsewhere": dict(sorted(rule.elsewhere.items())),
+        "summary": rule.summary,
+        "fix": rule.fix,
+        "producers": sorted(rule.producers),
+        "needs": list(rule.needs),
+        "judges_classes": rule.judges_classes,
+        "explanation": rule.explanation,
+        "examples": [{"name": example.name, "summary": example.summary} for example in rule.examples],
+    }

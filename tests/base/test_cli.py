@@ -29,6 +29,10 @@ def test_version_prints_the_installed_version():
     assert __version__ != "0+unknown"
 
 
+def test_dash_capital_v_prints_the_version_as_ruff_s_does():
+    assert run_cli_in_process("-V").stdout == f"scalar-scales {__version__}\n"
+
+
 def test_help_lists_the_commands():
     result = run("--help")
     assert result.returncode == 0
@@ -61,7 +65,10 @@ def test_a_misspelt_option_is_refused_naming_the_nearest():
     )
 
 
-@pytest.mark.parametrize(("given", "meant"), [("--sh", "--show-all"), ("--str", "--strict"), ("--exit", "--exit-zero")])
+@pytest.mark.parametrize(
+    ("given", "meant"),
+    [("--sh", "--show-all or --show-settings"), ("--str", "--strict"), ("--exit", "--exit-zero")],
+)
 def test_an_abbreviated_option_is_refused_naming_the_option_it_abbreviates(given, meant):
     assert f"unrecognized argument {given}; did you mean {meant}?" in refusal("check", given, "X")
 

@@ -140,7 +140,7 @@ def test_a_folder_name_the_terminal_cannot_encode_does_not_fail_a_finished_migra
     result = run_cli("migrate", checkpoint, env={"LC_ALL": "C.UTF-8", "PYTHONIOENCODING": None})
     assert result.returncode == 0, result.stderr
     assert "ckpt-\\udcff: changed 48 of 48 scales" in result.stdout
-    assert run_cli_in_process("check", checkpoint, "--quiet").returncode == 0
+    assert run_cli_in_process("check", checkpoint, "--silent").returncode == 0
 
 
 def test_a_reader_that_goes_away_does_not_change_migrate_s_exit_code(checkpoint):
@@ -149,7 +149,7 @@ def test_a_reader_that_goes_away_does_not_change_migrate_s_exit_code(checkpoint)
     process.stdout.close()
     _, stderr = process.communicate(timeout=300)
     assert process.returncode == 0 and stderr == ""
-    assert run_cli_in_process("check", checkpoint, "--quiet").returncode == 0
+    assert run_cli_in_process("check", checkpoint, "--silent").returncode == 0
 
 
 # Patterns from config.json are matched in bounded time, or refused.
@@ -320,7 +320,7 @@ def test_ctrl_c_while_shards_are_edited_says_what_changed_and_a_rerun_finishes(t
     config = json.loads((checkpoint / "config.json").read_text())["quantization_config"]
     assert "format_version" not in config
     assert run_cli_in_process("migrate", checkpoint).returncode == 0
-    assert run_cli_in_process("check", checkpoint, "--quiet").returncode == 0
+    assert run_cli_in_process("check", checkpoint, "--silent").returncode == 0
 
 
 @pytest.mark.parametrize(("name", "code"), [("SIGINT", 130), ("SIGTERM", 143)])

@@ -33,7 +33,7 @@ __all__ = [
     "formats_table",
 ]
 
-PRINTING_OPTIONS = ("--list", "--show-all", "--quiet")
+PRINTING_OPTIONS = ("--list", "--show-all", "--quiet", "--statistics")
 """The options that change what is printed (:class:`~.model.Context`): a format takes those that mean something in
 it, and the command refuses the others with it, rather than ignore them."""
 
@@ -64,14 +64,23 @@ FORMATS: dict[str, OutputFormat] = {
             emit_text,
             "a report for people",
             "Output",
-            {"--list": "the scales' lines", "--show-all": "every finding", "--quiet": "the summary line only"},
+            {
+                "--list": "the scales' lines",
+                "--show-all": "every finding",
+                "--quiet": "the findings only: no heading, no summary line",
+                "--statistics": "a count per rule, then the summary line",
+            },
         ),
         OutputFormat(
             "json",
             emit_json,
             "a versioned document",
             "JSON",
-            {"--list": '`"scales"`', "--show-all": "(always every finding)"},
+            {
+                "--list": '`"scales"`',
+                "--show-all": "(always every finding)",
+                "--statistics": "a list: a count per rule",
+            },
         ),
         OutputFormat(
             "github",
@@ -98,9 +107,9 @@ FORMATS_TAKING: dict[str, tuple[str, ...]] = {
     option: tuple(name for name, row in FORMATS.items() if option in row.options) for option in PRINTING_OPTIONS
 }
 """The formats each option that changes what is printed means something in; the command refuses it with any other,
-rather than ignore it: annotations and SARIF have no place for the scales' values, and a document or a log
-reduced to its summary line is no longer one. ``--show-all`` is taken by every format: JSON and SARIF always
-hold every finding."""
+rather than ignore it: annotations and SARIF have no place for the scales' values, a document or a log without
+its summary or its findings is no longer one, and annotations have nothing to count. ``--show-all`` is taken by
+every format: JSON and SARIF always hold every finding."""
 
 
 def formats_help() -> str:

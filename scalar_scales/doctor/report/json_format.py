@@ -20,7 +20,7 @@ from scalar_scales.doctor.report.json_text import SLOT, Records, Template, Write
 from scalar_scales.doctor.report.model import CheckReport, Context, json_number
 from scalar_scales.scan import CheckpointScan
 
-__all__ = ["SCHEMA_FILE", "SCHEMA_VERSION", "emit", "json_document", "schema_text"]
+__all__ = ["SCHEMA_FILE", "SCHEMA_VERSION", "emit", "json_document", "schema_text", "statistics_document"]
 
 SCHEMA_VERSION = 1
 SCHEMA_FILE = "check-report.schema.json"
@@ -49,8 +49,22 @@ _SCALE = Template({"name": SLOT, "file": SLOT, "dtype": SLOT, "shape": SLOT, "la
 
 
 def emit(out: Writer, report: CheckReport, context: Context) -> None:
-    """The document, with ``context.with_scales`` every per-tensor scale in scope."""
-    write(out, json_document(report, with_scales=context.with_scales))
+    """The document, with ``context.with_scales`` every per-tensor scale in scope; with ``context.statistics``
+    instead a list of each rule's count (:func:`statistics_document`)."""
+    if context.statistics:
+        write(out, statistics_document(report))
+    else:
+        write(out, json_document(report, with_scales=context.with_scales))
+
+
+def statistics_document(report: CheckReport) -> list[dict[str, Any]]:
+    """``--statistics`` as JSON, as ruff gives its own: for each rule with findings, the most first, its code,
+    name, count, and whether one command (``migrate``) fixes its findings."""
+    groups = sorted(report.by_rule, key=lambda group: (-len(group.findings), group.rule.code))
+    return [
+        {"code": g.rule.code, "name": g.rule.name, "count": len(g.findings), "fixable": g.rule.fix is not None}
+        for g in groups
+    ]
 
 
 def json_document(report: CheckReport, *, with_scales: bool = False) -> dict[str, Any]:
@@ -91,6 +105,7 @@ def json_document(report: CheckReport, *, with_scales: bool = False) -> dict[str
             "warnings": report.warnings,
             "infos": report.count("info"),
             "counts": dict(sorted(report.counts.items())),
+            "ignored_by_config": report.ignored_by_config,
             "exit_code": report.exit_code,
             "failed": report.failed,
             "bytes_fetched": None if report.fetched is None else report.fetched.bytes_fetched,

@@ -42,12 +42,17 @@ WIDTH = 100
 class Context:
     """What every format is given with the findings: the options that change what is printed, which the command
     refuses with a format that does not take them (``OutputFormat.options``). ``show_all``: every finding
-    (``--show-all``); ``with_scales``: every per-tensor scale in scope (``--list``); ``quiet``: the summary line
-    alone (``--quiet``); ``width``: the width a rule's explanation is wrapped to."""
+    (``--show-all``); ``with_scales``: every per-tensor scale in scope (``--list``); ``quiet``: the findings and
+    nothing else, no heading and no summary line, as ruff's ``--quiet`` prints its diagnostics alone
+    (``--quiet``); ``statistics``: a count per rule instead of the findings, as ruff's ``--statistics``
+    (``--statistics``); ``colour``: the severities in colour (``--color``, text only); ``width``: the width a
+    rule's explanation is wrapped to."""
 
     show_all: bool = False
     with_scales: bool = False
     quiet: bool = False
+    statistics: bool = False
+    colour: bool = False
     width: int = WIDTH
 
 
@@ -77,7 +82,9 @@ class CheckReport:
 
     ``exit_zero``: the command exits 0 whatever was found (``--exit-zero``), so that a CI step can report
     findings without failing; a refused checkpoint still exits 2, since it never gets this far. ``include``: the
-    check's ``--include`` globs, which a fix that migrates must name too.
+    check's ``--include`` globs, which a fix that migrates must name too. ``ignored_by_config``: how many findings
+    a configuration file's ``per-module-ignores`` dropped before the report (:mod:`..settings`), which the
+    summary says, so that a clean report is never clean only because a file said so unsaid.
     """
 
     diagnosis: Diagnosis
@@ -85,6 +92,7 @@ class CheckReport:
     fetched: FetchCounter | None = None
     exit_zero: bool = False
     include: tuple[str, ...] = ()
+    ignored_by_config: int = 0
 
     @property
     def findings(self) -> list[Finding]:

@@ -19,6 +19,7 @@ a line of its own or reach the terminal.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import textwrap
 from collections import Counter
@@ -33,7 +34,7 @@ from scalar_scales.scan import CheckpointScan
 from scalar_scales.shell import command, path_argument
 from scalar_scales.sources.declaration import Group
 
-__all__ = ["WIDTH", "checked_line", "emit", "heading", "summary", "text_lines"]
+__all__ = ["WIDTH", "checked_line", "emit", "heading", "statistics_lines", "summary", "text_lines"]
 
 _KIND_TEXT = {
     "quantized": "quantized another way",
@@ -44,21 +45,88 @@ _KIND_TEXT = {
 
 
 def emit(out: Writer, report: CheckReport, context: Context) -> None:
-    """The report (with ``context.quiet``, its summary line alone), each line escaped."""
-    if context.quiet:
-        lines = [summary(report)]
+    """The report, or with ``context.statistics`` a count per rule and the summary line; with ``context.quiet``
+    without the heading, what was checked and the summary line. Each line escaped but the counts'."""
+    if context.statistics:  # the counts are the catalogue's codes and names, tab-separated as ruff's: not escaped
+        out.write("".join(line + "\n" for line in statistics_lines(report)))
+        lines = [] if context.quiet else [summary(report)]
     else:
-        lines = text_lines(report, show_all=context.show_all, with_scales=context.with_scales, width=context.width)
-    out.write("".join(escaped(line) + "\n" for line in lines))
+        lines = text_lines(
+            report,
+            show_all=context.show_all,
+            with_scales=context.with_scales,
+            width=context.width,
+            quiet=context.quiet,
+        )
+    written = [escaped(line) for line in lines]
+    if context.colour:
+        written = coloured(written, report, summarised=not context.quiet)
+    out.write("".join(line + "\n" for line in written))
+
+
+COLOURS = {"error": "\x1b[1;31m", "warning": "\x1b[1;33m", "info": "\x1b[1;36m", "passed": "\x1b[1;32m"}
+"""The colour of each severity's word (bold red, yellow, cyan), and of "All checks passed" (bold green)."""
+RESET = "\x1b[0m"
+_COUNTED = re.compile(r"(?<=: |, )(\d+ (?:errors?|warnings?|info))(?=,|$)")
+
+
+def coloured(lines: list[str], report: CheckReport, *, summarised: bool) -> list[str]:
+    """``lines``, escaped already, with the severity of each rule's first line and the summary's counts in their
+    colours, as ruff colours its own. Only those lines are coloured, each known by what the report makes it start
+    with, never a name from the checkpoint: the colour codes come after escaping, which would show them."""
+    heads = {f"{g.rule.code} {g.rule.name} ({g.rule.severity}): ": g.rule.severity for g in report.by_rule}
+    painted = []
+    for line in lines:
+        for head, severity in heads.items():
+            if line.startswith(head):
+                start = head.rindex("(") + 1
+                line = f"{head[:start]}{COLOURS[severity]}{severity}{RESET}{line[start + len(severity) :]}"
+                break
+        painted.append(line)
+    if summarised and painted:
+        last = painted[-1]
+        if last.startswith("All checks passed"):
+            last = f"{COLOURS['passed']}All checks passed{RESET}{last.removeprefix('All checks passed')}"
+        elif last.startswith("Found "):
+            head, sep, rest = last.partition(" (")
+            last = _COUNTED.sub(lambda m: f"{COLOURS[_severity(m[1])]}{m[1]}{RESET}", head) + sep + rest
+        painted[-1] = last
+    return painted
+
+
+def _severity(counted_text: str) -> str:
+    """The severity of ``"48 warnings"``: ``warning``."""
+    return counted_text.split()[1].removesuffix("s")
+
+
+def statistics_lines(report: CheckReport) -> list[str]:
+    """A line per rule with findings, as ruff's ``--statistics`` prints them: the count, the code and the name, the
+    name after ``[*]`` where one command fixes the rule's findings; the most findings first."""
+    groups = sorted(report.by_rule, key=lambda group: (-len(group.findings), group.rule.code))
+    if not groups:
+        return []
+    count_width = max(len(str(len(group.findings))) for group in groups)
+    code_width = max(len(group.rule.code) for group in groups)
+    return [
+        f"{len(group.findings):>{count_width}}\t{group.rule.code:<{code_width}}\t"
+        f"{'[*] ' if group.rule.fix else ''}{group.rule.name}"
+        for group in groups
+    ]
 
 
 def text_lines(
-    report: CheckReport, *, show_all: bool = False, with_scales: bool = False, width: int = WIDTH
+    report: CheckReport,
+    *,
+    show_all: bool = False,
+    with_scales: bool = False,
+    width: int = WIDTH,
+    quiet: bool = False,
 ) -> list[str]:
     """The whole report: heading, what was checked, the scales (``with_scales``), each rule's group of
-    findings (every finding with ``show_all``), the engines observed not to load it, and the summary."""
-    lines = [heading(report)]
-    if report.checked:
+    findings (every finding with ``show_all``), the engines observed not to load it, and the summary; ``quiet``:
+    without the heading, what was checked and the summary."""
+    lines = [] if quiet else [heading(report)]
+    if report.checked and not quiet:
         lines.append(checked_line(report))
     if with_scales:
         lines += [f"{s.layout:<7}{list(s.shape)!s:<5}{s.name} = {s.value!r}" for s in report.diagnosis.scan.scales]
@@ -74,7 +142,8 @@ def text_lines(
         if len(shown) < len(findings):
             lines.append(f"  ... and {len(findings) - len(shown)} more (--show-all or --output-format json lists them)")
     lines += [f"Not loaded by {refusal}" for refusal in report.diagnosis.refusals]
-    lines.append(summary(report))
+    if not quiet:
+        lines.append(summary(report))
     return lines
 
 
@@ -132,8 +201,9 @@ def checked_line(report: CheckReport) -> str:
 
 
 def summary(report: CheckReport) -> str:
-    """The last line: what was found (by severity, then by rule), or that nothing was, or nothing checked; the
-    engines observed not to load it; the bytes fetched from a Hub repository."""
+    """The last line: what was found (by severity, then by rule), or that nothing was, or nothing checked; how
+    many findings a configuration file's ``per-module-ignores`` dropped; the engines observed not to load it; the
+    bytes fetched from a Hub repository."""
     scan = report.diagnosis.scan
     if not report.checked and not report.findings and (report.nvfp4_modules or scan.scale_count):
         line = (
@@ -155,6 +225,8 @@ def summary(report: CheckReport) -> str:
         severities = [(severity, report.count(severity)) for severity in SEVERITIES]
         counts = ", ".join(counted(n, severity) for severity, n in severities if n)
         line = f"Found {counted(len(report.findings), 'finding')}: {counts} ({by_code})."
+    if report.ignored_by_config:
+        line += f" {counted(report.ignored_by_config, 'finding')} ignored by per-module-ignores."
     if refusals := report.diagnosis.refusals:
         consumers = ", ".join(refusal.consumer for refusal in refusals)
         line += f" Observed not to load it: {consumers} (docs/compatibility.md)."

@@ -110,16 +110,75 @@ def test_a_narrower_terminal_wraps_the_why_to_its_width(checkpoint):
     assert " ".join(line.strip() for line in why) == " ".join(line.strip() for line in WHY_NV101)
 
 
-def test_quiet_prints_only_the_summary(checkpoint):
-    assert run_cli_in_process("check", checkpoint, "--quiet").stdout == "Found 48 findings: 48 warnings (NV101 48).\n"
+def test_quiet_prints_the_findings_without_the_heading_or_the_summary(checkpoint):
+    """As ruff's --quiet: the diagnostics and nothing else."""
+    full = run_cli_in_process("check", checkpoint).stdout.splitlines()
+    result = run_cli_in_process("check", checkpoint, "-q")
+    assert (result.returncode, result.stdout.splitlines()) == (0, full[2:-1])
+    assert result.stdout.startswith("NV101 legacy-scale-shape (warning): 48 findings")
+
+
+def test_quiet_prints_nothing_for_a_checkpoint_without_findings_and_keeps_the_exit_code(clean):
+    result = run_cli_in_process("check", clean, "--quiet", "--strict")
+    assert (result.returncode, result.stdout) == (0, "")
+
+
+def test_quiet_takes_show_all(checkpoint):
+    assert len(run_cli_in_process("check", checkpoint, "--quiet", "--show-all").stdout.splitlines()) == 1 + 2 + 48
+
+
+def test_silent_prints_nothing_and_exits_as_the_check_would(checkpoint):
+    for arguments, code in [((), 0), (("--strict",), 1)]:
+        result = run_cli_in_process("check", checkpoint, "-s", *arguments)
+        assert (result.returncode, result.stdout, result.stderr) == (code, "", "")
+
+
+@pytest.mark.parametrize("output_format", ["json", "github", "sarif"])
+def test_silent_prints_nothing_in_every_format(checkpoint, output_format):
+    result = run_cli_in_process("check", checkpoint, "--silent", "--output-format", output_format)
+    assert (result.returncode, result.stdout) == (0, "")
+
+
+def test_silent_still_says_why_a_check_is_refused(tmp_path):
+    result = run_cli_in_process("check", tmp_path / "absent", "--silent")
+    assert (result.returncode, result.stdout, result.stderr.count("\n")) == (2, "", 1)
+
+
+def test_statistics_prints_a_count_per_rule_most_first_then_the_summary(checkpoint):
+    set_scale_value(checkpoint, "input_global_scale", 0, 0.0)
+    result = run_cli_in_process("check", checkpoint, "--statistics")
+    assert (result.returncode, result.stdout.splitlines()) == (
+        1,
+        [
+            "48\tNV101\t[*] legacy-scale-shape",
+            " 1\tNV301\tinvalid-scale-value",
+            "Found 49 findings: 1 error, 48 warnings (NV301 1, NV101 48).",
+        ],
+    )
+
+
+def test_statistics_with_quiet_prints_the_counts_alone(checkpoint):
+    assert run_cli_in_process("check", checkpoint, "--statistics", "-q").stdout == "48\tNV101\t[*] legacy-scale-shape\n"
+
+
+def test_statistics_as_json_is_a_list_of_each_rule_s_count(checkpoint):
+    result = run_cli_in_process("check", checkpoint, "--statistics", "--output-format", "json")
+    assert json.loads(result.stdout) == [{"code": "NV101", "name": "legacy-scale-shape", "count": 48, "fixable": True}]
 
 
 @pytest.mark.parametrize("option", ["--list", "--show-all"])
-def test_quiet_is_refused_with_an_option_that_adds_to_what_is_printed(checkpoint, option):
-    """docs/check.md: an option is refused where it would not mean something. --quiet used to drop it silently."""
-    result = run_cli_in_process("check", checkpoint, "--quiet", option)
+def test_statistics_is_refused_with_an_option_that_adds_findings_or_scales(checkpoint, option):
+    """docs/check.md: an option is refused where it would not mean something."""
+    result = run_cli_in_process("check", checkpoint, "--statistics", option)
     assert result.returncode == 2 and result.stdout == ""
-    assert f"--quiet prints the summary line alone; it cannot be given with {option}" in result.stderr
+    assert f"--statistics prints a count per rule instead of the findings; it cannot be given with {option}" in (
+        result.stderr
+    )
+
+
+def test_statistics_is_not_taken_for_strict(checkpoint):
+    """It was: argparse took the unknown --statistics for the nearest option (issue 43)."""
+    assert run_cli_in_process("check", checkpoint, "--statistics").returncode == 0
 
 
 def test_list_shows_every_scale_with_its_layout_and_value(checkpoint):
@@ -365,6 +424,7 @@ def test_json_has_findings_and_a_summary(checkpoint):
         "warnings": 48,
         "infos": 0,
         "counts": {"NV101": 48, "NV301": 1},
+        "ignored_by_config": 0,
         "exit_code": 1,
         "failed": True,
         "bytes_fetched": None,

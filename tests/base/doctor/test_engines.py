@@ -41,6 +41,12 @@ def test_a_format_2_glm_checkpoint_names_sglang_which_does_not_load_it(tmp_path)
     assert lines[-1].endswith(f"Observed not to load it: {sglang(GLM).consumer} (docs/compatibility.md).")
 
 
+def test_quiet_still_names_the_engine_that_does_not_load_it(tmp_path):
+    """An engine's refusal is what --quiet keeps with the findings: it is never a clean bill without saying so."""
+    result = run_cli_in_process("check", "-q", mla_checkpoint(tmp_path / "glm", GLM))
+    assert result.stdout.splitlines() == [not_loaded_line(sglang(GLM), sglang(GLM).scalar.note)]
+
+
 def test_a_format_2_deepseek_checkpoint_which_sglang_loads_is_a_clean_bill(tmp_path):
     assert sglang(DEEPSEEK).scalar.loads
     result = run_cli_in_process("check", mla_checkpoint(tmp_path / "deepseek", DEEPSEEK))

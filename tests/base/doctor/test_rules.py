@@ -4,6 +4,7 @@ rule``), and no module but the one that defines a rule naming its code."""
 from __future__ import annotations
 
 import ast
+import json
 import re
 from pathlib import Path
 
@@ -38,6 +39,35 @@ def test_rule_code_prints_that_rules_reference(code):
     assert lines[0] == f"### {code} {rule.name} ({rule.severity})"
     assert f"Effect: `{rule.effect}`" in lines[2]
     assert rule.explanation and rule.explanation in result.stdout
+
+
+def test_rule_as_json_is_one_object_of_the_rule_s_data():
+    result = run_cli_in_process("rule", "NV101", "--output-format", "json")
+    data = json.loads(result.stdout)
+    rule = RULES["NV101"]
+    assert (result.returncode, data["code"], data["name"], data["severity"]) == (0, "NV101", rule.name, "warning")
+    assert (data["explanation"], data["fix"], data["effect"]) == (
+        rule.explanation,
+        "scalar-scales migrate",
+        rule.effect,
+    )
+
+
+def test_the_json_keys_are_those_docs_check_md_lists():
+    data = json.loads(run_cli_in_process("rule", "NV301", "--output-format", "json").stdout)
+    docs = (DOCS / "check.md").read_text()
+    listed = docs.split("an object for one rule (its", 1)[1].split(")", 1)[0]
+    assert set(data) == set(re.findall(r"`(\w+)`", listed))
+
+
+def test_rule_all_as_json_is_a_list_of_every_rule_in_code_order():
+    data = json.loads(run_cli_in_process("rule", "--all", "--output-format", "json").stdout)
+    assert [rule["code"] for rule in data] == list(RULES)
+
+
+def test_rule_of_several_codes_as_json_is_a_list():
+    data = json.loads(run_cli_in_process("rule", "NV301", "NV101", "--output-format", "json").stdout)
+    assert [rule["code"] for rule in data] == ["NV301", "NV101"]
 
 
 def test_a_rules_reference_is_whole_where_python_strips_docstrings():

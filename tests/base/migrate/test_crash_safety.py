@@ -145,7 +145,7 @@ def test_sigkill_at_random_moments_and_at_the_first_edit_never_tears_a_shard_nor
             assert moment in BEFORE_WRITING and not migrated and declared_version(checkpoint) is None, moment
 
         assert run_cli_in_process("migrate", checkpoint, env=env).returncode == 0
-        assert run_cli_in_process("check", checkpoint, "--quiet").returncode == 0
+        assert run_cli_in_process("check", checkpoint, "--silent").returncode == 0
         assert run_cli_in_process("migrate", checkpoint, "--to", "legacy", env=env).returncode == 0
 
     assert mid_migration >= AT_FIRST_EDIT, "a kill at the first edit did not land while shards were being edited"

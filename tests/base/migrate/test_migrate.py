@@ -94,6 +94,28 @@ def test_dry_run_reports_and_changes_nothing(checkpoint):
     assert snapshot(checkpoint) == before
 
 
+def test_check_exits_1_saying_what_would_change_and_changes_nothing(checkpoint):
+    before = snapshot(checkpoint)
+    result = run_cli_in_process("migrate", checkpoint, "--check")
+    assert result.returncode == 1
+    assert result.stdout.splitlines()[-1] == (
+        f"{checkpoint}: would change 48 of 48 scales to 0-D in 3 of 3 shards; config.json format_version absent -> 2"
+    )
+    assert snapshot(checkpoint) == before
+
+
+def test_check_exits_0_where_there_is_nothing_to_change(checkpoint):
+    assert run_cli_in_process("migrate", checkpoint).returncode == 0
+    result = run_cli_in_process("migrate", checkpoint, "--check")
+    assert result.returncode == 0
+    assert "nothing to change: all 48 scales are already 0-D" in result.stdout
+
+
+def test_check_with_json_exits_1_with_the_dry_run_s_document(checkpoint):
+    result = run_cli_in_process("migrate", checkpoint, "--check", "--json")
+    assert (result.returncode, json.loads(result.stdout)["dry_run"]) == (1, True)
+
+
 def test_json_output_describes_the_migration(checkpoint):
     result = run_cli_in_process("migrate", checkpoint, "--json")
     report = json.loads(result.stdout)

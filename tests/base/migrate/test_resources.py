@@ -250,7 +250,7 @@ def test_materialize_copies_links_to_blobs_on_another_file_system(tmp_path):
         assert result.returncode == 0, result.stderr
         assert not any(p.is_symlink() for p in [*shards(snapshot_dir), snapshot_dir / "config.json"])
         assert snapshot(blobs) == before
-        assert run_cli_in_process("check", snapshot_dir, "--quiet").returncode == 0
+        assert run_cli_in_process("check", snapshot_dir, "--silent").returncode == 0
     finally:
         shutil.rmtree(blobs)
 
@@ -282,7 +282,7 @@ def test_a_report_that_cannot_be_written_does_not_change_a_finished_migration_s_
         "config.json format_version absent -> 2; the report could not be written to standard output: No space left on "
         "device"
     )
-    assert run_cli_in_process("check", checkpoint, "--quiet").returncode == 0
+    assert run_cli_in_process("check", checkpoint, "--silent").returncode == 0
 
 
 def test_output_that_fails_before_the_first_write_is_a_refusal_naming_standard_output(checkpoint):
