@@ -23,10 +23,9 @@ from itertools import groupby
 
 from scalar_scales.doctor.report.json_text import Writer
 from scalar_scales.doctor.report.model import (
-    SHOWN_PER_RULE,
     CheckReport,
     Context,
-    counted,
+    grouped_message,
     with_tensor,
     workspace_path,
 )
@@ -96,13 +95,7 @@ def escape_property(text: str) -> str:
 
 def _grouped(rule: Rule, findings: list[Finding]) -> str:
     """The findings of one rule in one file as one message: how many, the first few, and why they matter."""
-    shown = findings[:SHOWN_PER_RULE]
-    lines = [f"{counted(len(findings), 'finding')} in this file: {rule.summary}"]
-    lines += [with_tensor(finding, finding.detail) for finding in shown]
-    if len(shown) < len(findings):
-        lines.append(f"... and {len(findings) - len(shown)} more (--show-all annotates each)")
-    whys = dict.fromkeys(finding.why for finding in findings)
-    return "\n".join([*lines, *whys])
+    return grouped_message(rule, findings, "--show-all annotates each")
 
 
 def _file(finding: Finding) -> str:
