@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scalar_scales.consumers import Change, changes
+from scalar_scales.consumers import Change, Observation, announcement, changes, unchanged
 from scalar_scales.errors import CheckpointError, Interrupted, StoppedAfterWriting
 from scalar_scales.files.config_marker import MarkerEdit, plan_format_version, write_planned
 from scalar_scales.files.durable import os_errors_named, remove_stale, replaced, stale_temporaries, try_replacing_in
@@ -87,6 +87,9 @@ class MigrationReport:
     consumers: list[Change] = field(default_factory=list)
     """What the change does for each consumer the round trip observed (docs/compatibility.md) where it does
     something: what the consumer did with checkpoints of the old shape, and with the new."""
+    consumers_unchanged: list[Observation] = field(default_factory=list)
+    """The consumers, as released, the round trip observed that the change does nothing to, where it does
+    something to another."""
 
     @property
     def scales_changed(self) -> int:
@@ -99,6 +102,11 @@ class MigrationReport:
     @property
     def changed(self) -> bool:
         return bool(self.edits) or self.config_changed
+
+    def announcement(self) -> list[str]:
+        """The lines that say, before anything is written, what the change does to each consumer
+        (:func:`~scalar_scales.consumers.announcement`); none where it does nothing to any."""
+        return announcement(self.consumers, self.consumers_unchanged, dry_run=self.dry_run)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -189,6 +197,7 @@ def _plan(
     producer = None if declared is None else declared.producer
     report = MigrationReport(checkpoint, to, dry_run, scan.scale_count, _header_edits(scan, to), producer=producer)
     report.consumers = changes(scan, to)
+    report.consumers_unchanged = unchanged(scan, to) if report.consumers else []
     if scan.config is not None and declared is not None and declared.is_nvfp4:
         report.format_version_before = marker_now = declared.stated_format_version
         legacy = declared.format_version == LEGACY_FORMAT_VERSION  # the key absent, or 1
