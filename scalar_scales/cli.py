@@ -612,11 +612,9 @@ def _say_report_lost(report: MigrationReport, error: OSError) -> None:
 
 def _announce(report: MigrationReport) -> None:
     """Say, before anything is written, what the change does for each consumer the round trip observed."""
-    if report.consumers:
-        verb = "would change" if report.dry_run else "changes"
-        lines = [f"What this {verb} for each consumer, as released unless a fix is named (docs/compatibility.md):"]
+    if lines := report.announcement():
         try:
-            _emit_lines([*lines, *(f"  {change}" for change in report.consumers)])
+            _emit_lines(lines)
         except OSError as exc:  # before anything is written
             raise _stdout_refused(exc) from None
 

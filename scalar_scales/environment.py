@@ -120,12 +120,14 @@ OTHERS_SETTINGS: dict[str, str] = {
         ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_OBJECT_DIRECTORY"),
         "git",
     ),
+    "GITHUB_STEP_SUMMARY": "GitHub Actions",
 }
 """The variables other programs own that scalar-scales reads too, each with its owner: ``check hf://``, to
 refuse in one line naming it a value huggingface_hub would fail on with a traceback, or take for what it cannot
 be (``sources.hub``, ``sources.hub_client``); ``check --staged``, to make git's paths absolute before it runs git
 in another folder (``sources.staged``); ``check``, whether to colour its text where ``--color`` is ``auto``
-(``cli``). Their owner reads them for their meaning."""
+(``cli``); ``check --output-format github``, to append its report to the step's summary
+(``doctor.report.github``). Their owner reads them for their meaning."""
 
 
 def others_setting(name: str) -> str | None:

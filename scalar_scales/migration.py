@@ -5,7 +5,9 @@ what makes the rest safe:
 
 1. Take the checkpoint's lock (:mod:`scalar_scales.system.lock`), on the
    real folder that holds its shards, so two runs meet however the
-   checkpoint is spelled (the folder, a file in it, a link).
+   checkpoint is spelled (the folder, a file in it, a link). A file that is
+   a shard of the checkpoint in its folder is refused: config.json's marker
+   speaks for every shard, so shards are migrated together.
 2. Read and validate every shard and plan every header edit in memory, and
    config.json's marker edit (``config_marker``); check each planned
    header; check every file can be written and the file system has room for
@@ -46,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scalar_scales.consumers import Change, changes
+from scalar_scales.consumers import Change, Observation, announcement, changes, unchanged
 from scalar_scales.errors import CheckpointError, Interrupted, StoppedAfterWriting
 from scalar_scales.files.config_marker import MarkerEdit, plan_format_version, write_planned
 from scalar_scales.files.durable import os_errors_named, remove_stale, replaced, stale_temporaries, try_replacing_in
@@ -54,7 +56,7 @@ from scalar_scales.files.header import file_identity
 from scalar_scales.files.header_edit import HeaderEdit, Layout, plan_header_edit
 from scalar_scales.nvfp4 import LEGACY_FORMAT_VERSION, MODELOPT, NVFP4_FORMAT, SCALAR_FORMAT_VERSION, Producer
 from scalar_scales.scan import CheckpointScan, scan_shards
-from scalar_scales.sources.local import Checkpoint, open_local, resolve_checkpoint
+from scalar_scales.sources.local import Checkpoint, open_local, refuse_a_shard, resolve_checkpoint
 from scalar_scales.system.fileops import copy_range, no_follow, removal_forbidden, unkeepable, write_at
 from scalar_scales.system.lock import FolderLocked, folder_lock
 
@@ -63,6 +65,10 @@ __all__ = ["MigrationReport", "checkpoint_lock", "migrate_checkpoint"]
 Progress = Callable[[int, int], None]
 WRITERS = 8
 """Shards written at once, at most."""
+MARKER_SPEAKS_FOR_EVERY_SHARD = (
+    "changes a checkpoint's shards together, so that config.json's format_version stays true of every one"
+)
+"""Why a shard is not migrated alone (:func:`~scalar_scales.sources.local.refuse_a_shard`)."""
 
 
 @dataclass
@@ -87,6 +93,9 @@ class MigrationReport:
     consumers: list[Change] = field(default_factory=list)
     """What the change does for each consumer the round trip observed (docs/compatibility.md) where it does
     something: what the consumer did with checkpoints of the old shape, and with the new."""
+    consumers_unchanged: list[Observation] = field(default_factory=list)
+    """The consumers, as released, the round trip observed that the change does nothing to, where it does
+    something to another."""
 
     @property
     def scales_changed(self) -> int:
@@ -99,6 +108,11 @@ class MigrationReport:
     @property
     def changed(self) -> bool:
         return bool(self.edits) or self.config_changed
+
+    def announcement(self) -> list[str]:
+        """The lines that say, before anything is written, what the change does to each consumer
+        (:func:`~scalar_scales.consumers.announcement`); none where it does nothing to any."""
+        return announcement(self.consumers, self.consumers_unchanged, dry_run=self.dry_run)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -157,6 +171,7 @@ def migrate_checkpoint(
     interrupt never lands between the marker's write and the report of it."""
     checkpoint = resolve_checkpoint(path)
     with checkpoint_lock(checkpoint):
+        refuse_a_shard(checkpoint, "migrate", MARKER_SPEAKS_FOR_EVERY_SHARD)
         scan = scan_shards(open_local(checkpoint), include=include, read_values=False)
         report = _plan(checkpoint, scan, to, include, dry_run)
         if not report.changed:
@@ -189,6 +204,7 @@ def _plan(
     producer = None if declared is None else declared.producer
     report = MigrationReport(checkpoint, to, dry_run, scan.scale_count, _header_edits(scan, to), producer=producer)
     report.consumers = changes(scan, to)
+    report.consumers_unchanged = unchanged(scan, to) if report.consumers else []
     if scan.config is not None and declared is not None and declared.is_nvfp4:
         report.format_version_before = marker_now = declared.stated_format_version
         legacy = declared.format_version == LEGACY_FORMAT_VERSION  # the key absent, or 1

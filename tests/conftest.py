@@ -30,6 +30,13 @@ def pytest_configure(config: pytest.Config) -> None:
         settings.load_profile("repeatable")
 
 
+@pytest.fixture(autouse=True)
+def no_step_summary(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test run in a GitHub workflow's step does not write that step's summary (``check --output-format github``
+    appends to the file GITHUB_STEP_SUMMARY names): a test that wants one names its own file."""
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+
+
 @pytest.fixture(scope="session")
 def device():
     return "cpu"

@@ -14,10 +14,12 @@ from scalar_scales.consumers.observed import OBSERVED
 from scalar_scales.consumers.of_checkpoint import (
     Change,
     Refusal,
+    announcement,
     changes,
     observations_of,
     refusals,
     scales_layout,
+    unchanged,
 )
 
 __all__ = [
@@ -27,8 +29,10 @@ __all__ = [
     "Observation",
     "Outcome",
     "Refusal",
+    "announcement",
     "changes",
     "observations_of",
     "refusals",
     "scales_layout",
+    "unchanged",
 ]

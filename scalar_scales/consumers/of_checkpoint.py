@@ -11,7 +11,17 @@ from scalar_scales.files import Layout
 from scalar_scales.nvfp4 import COMPRESSED_TENSORS
 from scalar_scales.scan import CheckpointScan
 
-__all__ = ["ENGINES", "Change", "Refusal", "changes", "observations_of", "refusals", "scales_layout"]
+__all__ = [
+    "ENGINES",
+    "Change",
+    "Refusal",
+    "announcement",
+    "changes",
+    "observations_of",
+    "refusals",
+    "scales_layout",
+    "unchanged",
+]
 
 
 class Refusal(NamedTuple):
@@ -27,15 +37,44 @@ class Refusal(NamedTuple):
 
 
 class Change(NamedTuple):
-    """What a migration changes for one consumer, with one fix or none."""
+    """What a migration changes for one consumer, with one fix or none; ``kept_by``: the fixes of that consumer with
+    which it loads checkpoints of either shape alike, so that nothing changes for it."""
 
     observation: Observation
     before: Outcome
     after: Outcome
+    kept_by: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        """The consumer, and its fix where it has one."""
+        fix = "" if self.observation.fix == NO_FIX else f" with {self.observation.fix}"
+        return f"{self.observation.consumer}{fix}"
+
+    @property
+    def breaks(self) -> bool:
+        """The consumer loaded checkpoints of the old shape, and does not load those of the new."""
+        return self.before.loads and not self.after.loads
+
+    @property
+    def what(self) -> str:
+        """What changes for the consumer, in words: whether it stops or starts loading the checkpoint first, since
+        that is what a user must know; then how, in the observation's own words."""
+        before, after = self.before, self.after
+        if self.breaks:
+            said = f"stops loading it: {after.note}"
+        elif after.loads and not before.loads:
+            said = f"starts loading it (it failed: {before.note})"
+        elif not after.loads:
+            said = f"fails on either shape, now: {after.note} (it failed: {before.note})"
+        elif after.note:
+            said = f"still loads it; now {after.note}"
+        else:
+            said = f"still loads it; no longer: {before.note}"
+        return said + (f"; with {' or '.join(self.kept_by)}, nothing changes" if self.kept_by else "")
 
     def __str__(self) -> str:
-        fix = "" if self.observation.fix == NO_FIX else f" with {self.observation.fix}"
-        return f"{self.observation.consumer}{fix}: {self.before} -> {self.after}"
+        return f"{self.label}: {self.before} -> {self.after}"
 
 
 ENGINES = ("transformers", "vllm", "sglang")
@@ -84,8 +123,56 @@ def changes(scan: CheckpointScan, to: Layout) -> list[Change]:
     layout = scales_layout(scan)
     if layout is None or layout == to:
         return []
-    found = (Change(o, o.outcome(layout), o.outcome(to)) for o in observations_of(scan))
+    observations = observations_of(scan)
+    found = (Change(o, o.outcome(layout), o.outcome(to), _kept_by(observations, o)) for o in observations)
     return [change for change in found if change.before != change.after]
+
+
+def unchanged(scan: CheckpointScan, to: Layout) -> list[Observation]:
+    """The consumers, as released, that a migration to ``to`` changes nothing for, where it changes something for
+    another (:func:`changes`): those the announcement reassures."""
+    layout = scales_layout(scan)
+    if layout is None or layout == to:
+        return []
+    return [o for o in observations_of(scan) if o.fix == NO_FIX and o.outcome(layout) == o.outcome(to)]
+
+
+def announcement(changed: list[Change], kept: list[Observation], *, dry_run: bool) -> list[str]:
+    """What a migration says of the consumers before it writes: whether any that loads the checkpoint stops
+    loading it, in the heading, since that is the one thing that breaks something; then each change, the ones
+    that break first, and those it changes nothing for. Consumers with the same change share a line. Empty where
+    nothing changes for any consumer."""
+    if not changed:
+        return []
+    stopping = len({change.label for change in changed if change.breaks})
+    if stopping:
+        stop = "would stop" if dry_run else ("stops" if stopping == 1 else "stop")
+        verdict = f"{stopping} {stop} loading the checkpoint"
+    else:
+        verdict = f"none {'would stop' if dry_run else 'stops'} loading the checkpoint"
+    verb = "would change" if dry_run else "changes"
+    lines = [f"What this {verb} for the consumers the round trip observed (docs/compatibility.md): {verdict}"]
+    by_what: dict[tuple[int, str], list[str]] = {}
+    for change in changed:
+        rank = 0 if change.breaks else 1 if change.after.loads and not change.before.loads else 2
+        by_what.setdefault((rank, change.what), []).append(change.label)
+    lines += [f"  {', '.join(labels)}: {what}" for (_, what), labels in sorted(by_what.items(), key=lambda i: i[0][0])]
+    same: dict[str, list[str]] = {}
+    for observation in kept:
+        outcome = observation.legacy
+        either = "it loads either shape" if outcome.loads else f"it fails on either shape: {outcome.note}"
+        same.setdefault(either, []).append(observation.consumer)
+    lines += [f"  {', '.join(consumers)}: nothing changes, {either}" for either, consumers in same.items()]
+    return lines
+
+
+def _kept_by(observations: list[Observation], changing: Observation) -> tuple[str, ...]:
+    """The fixes of ``changing``'s consumer with which it loads both shapes, and alike."""
+    return tuple(
+        o.fix
+        for o in observations
+        if o.consumer == changing.consumer and o.fix != NO_FIX and o.legacy.loads and o.legacy == o.scalar
+    )
 
 
 def _loaded_by(observations: list[Observation], refusing: Observation, layout: Layout) -> tuple[str, ...]:

@@ -290,6 +290,11 @@ def kv_scales_undeclared(checkpoint: CheckpointView) -> Iterator[Found]:
     "error",
     "load-error",
     summary="NVFP4 modules in the shards, no NVFP4 in the config",
+    fix=(
+        "put back the NVFP4 declaration the shards' producer wrote (compressed-tensors: config.json's "
+        "quantization_config; ModelOpt: hf_quant_config.json, under a config.json without another "
+        "quantization_config), from the checkpoint's source"
+    ),
     needs=("nvfp4", "config"),
     examples=(
         Example(

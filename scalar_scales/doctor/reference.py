@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from scalar_scales.doctor.catalogue import RULES
-from scalar_scales.doctor.rules import EFFECTS, NEEDS, Rule
+from scalar_scales.doctor.rules import EFFECTS, NEEDS, Command, Rule
 from scalar_scales.nvfp4 import LAYOUTS
 
 __all__ = ["REFERENCE_TITLE", "reference_document", "rule_data", "rule_reference"]
@@ -41,8 +41,10 @@ def rule_reference(rule: Rule) -> str:
         f"Effect on {producer} checkpoints: `{effect}` ({EFFECTS[effect]})."
         for producer, effect in rule.elsewhere.items()
     ]
-    if rule.fix:
-        lines.append(f"Fix: `{rule.fix} PATH`.")
+    if isinstance(rule.fix, Command):
+        lines.append(f"Fix: `{rule.fix.line} PATH`.")
+    elif rule.fix:
+        lines.append(f"Fix: {rule.fix}.")
     if rule.judges_classes:
         lines.append("Not applied where the config names a class a checkpoint cannot show.")
     if rule.producers != frozenset(LAYOUTS):

@@ -45,6 +45,7 @@ __all__ = [
     "NEEDS",
     "SEVERITIES",
     "CheckpointRule",
+    "Command",
     "Effect",
     "Finding",
     "Found",
@@ -56,6 +57,15 @@ __all__ = [
     "checkpoint_rule",
     "shard_rule",
 ]
+
+
+class Command(NamedTuple):
+    """A fix that is one command run on the checkpoint (``scalar-scales migrate``): the text report prints it ready
+    to paste, with the checkpoint's path, and the reference says ``COMMAND PATH``. A fix no command makes is said in
+    words (a plain string)."""
+
+    line: str
+
 
 Severity = Literal["error", "warning", "info"]
 SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
@@ -127,8 +137,8 @@ class Rule:
     examples: tuple[Example, ...]
     """The broken checkpoints that show the rule (:mod:`.examples`): the test kit's broken corpus makes each in
     every layout the rule is about, and holds no other case of the rule."""
-    fix: str | None = None
-    """What makes the finding go away, where one command does."""
+    fix: Command | str | None = None
+    """What makes the finding go away: a :class:`Command`, where one command does, or what to do, in words."""
     needs: tuple[Need, ...] = ()
     """What the rule needs of a checkpoint to judge it (:data:`NEEDS`)."""
     judges_classes: bool = False
@@ -203,7 +213,7 @@ class RuleOptions(TypedDict, total=False):
     """What a rule may say beyond its code, name, severity, effect, summary, explanation and examples: the fields
     of :class:`Rule` of those names."""
 
-    fix: str
+    fix: Command | str
     needs: tuple[Need, ...]
     judges_classes: bool
     producers: frozenset[Producer]

@@ -23,7 +23,7 @@ from scalar_scales.doctor.examples import (
     SetValue,
     Undeclare,
 )
-from scalar_scales.doctor.rules import Found, checkpoint_rule, shard_rule
+from scalar_scales.doctor.rules import Command, Found, checkpoint_rule, shard_rule
 from scalar_scales.doctor.view import CheckpointView, ShardView
 from scalar_scales.nvfp4 import (
     COMPRESSED_TENSORS,
@@ -45,7 +45,7 @@ __all__ = [
     "other_convention",
 ]
 
-MIGRATE = "scalar-scales migrate"
+MIGRATE = Command("scalar-scales migrate")
 
 FUSED_PARTNERS: tuple[tuple[str, ...], ...] = (
     ("gate_proj", "up_proj"),

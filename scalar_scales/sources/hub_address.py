@@ -35,9 +35,19 @@ from urllib.parse import unquote, urlsplit
 from scalar_scales.environment import others_setting
 from scalar_scales.errors import CheckpointError
 
-__all__ = ["HUB_HOSTS", "HUB_PREFIX", "HubAddress", "is_hub_address", "parse_hub_address"]
+__all__ = [
+    "HUB_ENDPOINT",
+    "HUB_HOSTS",
+    "HUB_PREFIX",
+    "HubAddress",
+    "hub_endpoint",
+    "is_hub_address",
+    "parse_hub_address",
+]
 
 HUB_PREFIX = "hf://"
+HUB_ENDPOINT = "https://huggingface.co"
+"""huggingface_hub's endpoint where ``HF_ENDPOINT`` is unset."""
 HUB_HOSTS = frozenset({"huggingface.co", "www.huggingface.co", "hf.co"})
 """The Hub's own hosts; the host of ``HF_ENDPOINT`` is taken too."""
 _ADDRESS = re.compile(r"hf://(?P<repo>[^/@\s]+/[^/@\s]+)(?:@(?P<revision>\S+))?")
@@ -134,15 +144,22 @@ def _host(path: str) -> str | None:
         return None
 
 
-def _hub_hosts() -> frozenset[str]:
-    """The Hub's hosts and the host of huggingface_hub's endpoint; without huggingface_hub, or where it refuses its
-    settings (a timeout of ``abc``), the host of ``HF_ENDPOINT``: checking the address then says what to install,
-    or which setting is refused, rather than that a mirror's address is not the Hub's."""
+def hub_endpoint() -> str:
+    """The endpoint huggingface_hub sends its requests to, without a trailing ``/`` (``constants.ENDPOINT``, from
+    ``HF_ENDPOINT``), where a Hub repository's files are; without huggingface_hub, or where it refuses its settings
+    (a timeout of ``abc``), ``HF_ENDPOINT`` itself, or the Hub's where that is unset."""
     try:
         from huggingface_hub import constants
 
-        endpoint = constants.ENDPOINT
+        endpoint = str(constants.ENDPOINT)
     except Exception:  # not installed, or refusing its settings: open_hub_checkpoint says which, in one line
-        endpoint = others_setting("HF_ENDPOINT") or ""
-    host = _host(endpoint)
+        endpoint = others_setting("HF_ENDPOINT") or HUB_ENDPOINT
+    return endpoint.rstrip("/")
+
+
+def _hub_hosts() -> frozenset[str]:
+    """The Hub's hosts and the host of huggingface_hub's endpoint (:func:`hub_endpoint`): without huggingface_hub,
+    checking the address then says what to install, or which setting is refused, rather than that a mirror's
+    address is not the Hub's."""
+    host = _host(hub_endpoint())
     return HUB_HOSTS | ({host} if host else set())

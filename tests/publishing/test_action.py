@@ -140,8 +140,15 @@ def page_address_install(runner) -> dict[str, Any]:
     return {"outputs": second_use["outputs"]["install"], "report": json.loads(report.read_text())}
 
 
-def check(runner: dict[str, Any], **inputs: str) -> subprocess.CompletedProcess[str]:
-    return run_step(CHECK, inputs, runner)
+def check(
+    runner: dict[str, Any], more_env: dict[str, str] | None = None, **inputs: str
+) -> subprocess.CompletedProcess[str]:
+    return run_step(CHECK, inputs, runner, **(more_env or {}))
+
+
+def check_outputs(runner: dict[str, Any]) -> dict[str, str]:
+    """The outputs the check step set in its last run, which the Action's `outputs` give the workflow."""
+    return runner["outputs"]["check"]
 
 
 def test_no_run_script_holds_an_expression():
@@ -207,6 +214,70 @@ def test_a_broken_checkpoint_fails_the_step_with_error_annotations(runner):
     annotations = [line for line in result.stdout.splitlines() if line.startswith("::error file=")]
     assert annotations, result.stdout
     assert any("NV301" in line and tensor in line for line in annotations)
+
+
+def test_the_step_gives_the_counts_the_exit_code_and_the_json_report_as_outputs(runner):
+    broken_checkpoint(runner["workspace"] / "counted")
+    assert check(runner, path="counted").returncode == 1
+    outputs = check_outputs(runner)
+    assert {name: outputs[name] for name in ("exit-code", "errors", "warnings", "infos")} == {
+        "exit-code": "1",
+        "errors": "1",
+        "warnings": "0",
+        "infos": "0",
+    }
+    report = Path(outputs["report"])
+    assert report.is_relative_to(runner["temp"])
+    assert [finding["code"] for finding in json.loads(report.read_text())["findings"]] == ["NV301"]
+
+
+def test_every_action_output_is_one_the_check_step_sets(runner):
+    make_checkpoint(runner["workspace"] / "outputs")
+    assert check(runner, path="outputs", **{"sarif-file": "outputs.sarif"}).returncode == 0
+    assert {name: f"${{{{ steps.check.outputs.{name} }}}}" for name in check_outputs(runner)} == {
+        name: output["value"] for name, output in ACTION["outputs"].items()
+    }
+
+
+def test_a_refused_checkpoint_gives_exit_code_2_and_no_counts(runner):
+    assert check(runner, path="missing", **{"sarif-file": "missing.sarif"}).returncode == 2
+    assert check_outputs(runner) == {"exit-code": "2"}
+    assert not (runner["workspace"] / "missing.sarif").exists()
+
+
+def test_sarif_file_writes_the_sarif_log_for_upload_sarif(runner):
+    make_checkpoint(runner["workspace"] / "scanned")
+    assert check(runner, path="scanned", **{"sarif-file": "scanned.sarif"}).returncode == 0
+    assert check_outputs(runner)["sarif-file"] == "scanned.sarif"
+    (run,) = json.loads((runner["workspace"] / "scanned.sarif").read_text())["runs"]
+    assert (run["properties"]["findings"], len(run["results"])) == (48, 3)
+
+
+def test_a_sarif_file_that_cannot_be_written_fails_the_step(runner):
+    make_checkpoint(runner["workspace"] / "unwritten")
+    result = check(runner, path="unwritten", **{"sarif-file": "no-such-folder/out.sarif"})
+    assert (result.returncode, result.stderr) == (
+        2,
+        "scalar-scales: error: sarif-file: no-such-folder/out.sarif cannot be written\n",
+    )
+    assert "sarif-file" not in check_outputs(runner) and check_outputs(runner)["exit-code"] == "2"
+
+
+def test_a_sarif_file_with_a_line_break_is_refused_before_it_could_forge_an_output(runner):
+    make_checkpoint(runner["workspace"] / "forged")
+    result = check(runner, path="forged", **{"sarif-file": "x.sarif\nexit-code=0"})
+    assert (result.returncode, result.stderr) == (2, "scalar-scales: error: sarif-file holds a line break\n")
+    assert check_outputs(runner) == {}
+
+
+def test_the_step_appends_the_report_to_the_step_s_summary(runner):
+    broken_checkpoint(runner["workspace"] / "summarised")
+    summary = runner["temp"] / "step_summary.md"
+    summary.write_text("before\n")
+    assert check(runner, {"GITHUB_STEP_SUMMARY": str(summary)}, path="summarised").returncode == 1
+    lines = summary.read_text().splitlines()
+    assert lines[:2] == ["before", "### scalar-scales check summarised"]
+    assert "#### NV301 invalid-scale-value (error): 1 finding" in lines
 
 
 def test_a_clean_checkpoint_passes_the_step(runner):

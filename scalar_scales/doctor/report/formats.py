@@ -94,7 +94,7 @@ FORMATS: dict[str, OutputFormat] = {
             emit_sarif,
             "SARIF 2.1.0, for code scanning",
             "SARIF",
-            {"--show-all": "(always every finding)"},
+            {"--show-all": "(always every finding, counted)"},
         ),
     )
 }
@@ -109,7 +109,8 @@ FORMATS_TAKING: dict[str, tuple[str, ...]] = {
 """The formats each option that changes what is printed means something in; the command refuses it with any other,
 rather than ignore it: annotations and SARIF have no place for the scales' values, a document or a log without
 its summary or its findings is no longer one, and annotations have nothing to count. ``--show-all`` is taken by
-every format: JSON and SARIF always hold every finding."""
+every format: JSON always holds every finding, and SARIF always counts every finding (and locates up to 1,000 of
+a result)."""
 
 
 def formats_help() -> str:

@@ -2,7 +2,7 @@
 speed a large check's documents need.
 
 A legacy DeepSeek-V4-Flash-shaped checkpoint has 66,048 findings: 45 MB of
-JSON, 86 MB of SARIF. The standard library indents in Python, a generator
+JSON, 35 MB of SARIF. The standard library indents in Python, a generator
 per value, which took longer than the whole check (``benchmarks/formats.py``).
 So a long list of records of one shape is given as :class:`Records`: each
 record is text already, filled into a template that ``json.dumps`` made once
@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from json.encoder import encode_basestring_ascii
 from typing import Any, Protocol
 
-__all__ = ["SLOT", "Records", "Template", "Writer", "nested", "scalar", "text", "write"]
+__all__ = ["SLOT", "Records", "Template", "Writer", "listed", "nested", "scalar", "text", "write"]
 
 SLOT = "\0slot\0"
 """In a shape given to :class:`Template`, what each record fills in: a whole value, filled with its JSON text
@@ -48,10 +48,11 @@ class Writer(Protocol):
 class Records:
     """A list in a document given to :func:`write`, ``depth`` lists or objects down (1 for a value of the
     document's own keys), whose items are JSON text already, each as ``json.dumps`` writes it one level further
-    down (a :class:`Template` of ``depth + 1``). They are read only as they are written."""
+    down (a :class:`Template` of ``depth + 1``). They are read only as they are written, ``batch`` at a time:
+    fewer for large items (a SARIF result of 1,000 locations is most of a megabyte)."""
 
-    def __init__(self, items: Iterable[str], depth: int) -> None:
-        self.items, self.depth = items, depth
+    def __init__(self, items: Iterable[str], depth: int, batch: int = _BATCH) -> None:
+        self.items, self.depth, self.batch = items, depth, batch
 
 
 def scalar(value: str | float | bool | None) -> str:
@@ -64,6 +65,15 @@ def scalar(value: str | float | bool | None) -> str:
 def nested(value: Any, depth: int) -> str:
     """``value`` as ``json.dumps(..., indent=2)`` writes it ``depth`` lists or objects down."""
     return json.dumps(value, indent=2, allow_nan=False).replace("\n", "\n" + "  " * depth)
+
+
+def listed(items: list[str], depth: int) -> str:
+    """The list of ``items`` as ``json.dumps(..., indent=2)`` writes it ``depth`` lists or objects down, each item
+    JSON text already, as it is written one level further down (a :class:`Template` of ``depth + 1``)."""
+    if not items:
+        return "[]"
+    inner = "\n" + "  " * (depth + 1)
+    return "[" + inner + ("," + inner).join(items) + "\n" + "  " * depth + "]"
 
 
 class Template:
@@ -105,15 +115,16 @@ def write(out: Writer, document: Any) -> None:
         line = pieces[i - 1].rpartition("\n")[2]  # the list's line: after its key, or alone in a list
         if len(line) - len(line.lstrip(" ")) != 2 * records.depth:
             raise ValueError(f"records said to be at depth {records.depth} are at {line!r}")
-        _write_list(out, records.items, "  " * records.depth)
+        _write_list(out, records.items, "  " * records.depth, records.batch)
         out.write(pieces[i + 1])
     out.write("\n")
 
 
-def _write_list(out: Writer, items: Iterable[str], outer: str) -> None:
-    """The list of ``items`` whose line starts with ``outer``: its items one level further in."""
+def _write_list(out: Writer, items: Iterable[str], outer: str, size: int) -> None:
+    """The list of ``items`` whose line starts with ``outer``: its items one level further in, ``size`` at a
+    time."""
     between = ",\n" + outer + "  "
-    batches = _batches(iter(items))
+    batches = _batches(iter(items), size)
     first = next(batches, None)
     if first is None:
         out.write("[]")
@@ -124,6 +135,6 @@ def _write_list(out: Writer, items: Iterable[str], outer: str) -> None:
     out.write("\n" + outer + "]")
 
 
-def _batches(items: Iterator[str]) -> Iterator[list[str]]:
-    while batch := [item for _, item in zip(range(_BATCH), items, strict=False)]:
+def _batches(items: Iterator[str], size: int) -> Iterator[list[str]]:
+    while batch := [item for _, item in zip(range(size), items, strict=False)]:
         yield batch

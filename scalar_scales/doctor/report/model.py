@@ -23,8 +23,10 @@ __all__ = [
     "CheckReport",
     "Context",
     "FetchCounter",
+    "FileFindings",
     "RuleFindings",
     "counted",
+    "grouped_message",
     "json_number",
     "with_tensor",
     "workspace",
@@ -76,6 +78,14 @@ class RuleFindings(NamedTuple):
     findings: list[Finding]
 
 
+class FileFindings(NamedTuple):
+    """One rule's findings in one file, in the order its function found them."""
+
+    rule: Rule
+    file: str
+    findings: list[Finding]
+
+
 @dataclass
 class CheckReport:
     """What a check reports of a :class:`Diagnosis`: the findings of the rules selected, and the exit code.
@@ -112,6 +122,24 @@ class CheckReport:
                 grouped[rule.code] = RuleFindings(rule, list(run))
         rank = {severity: i for i, severity in enumerate(SEVERITIES)}
         return sorted(grouped.values(), key=lambda group: (rank[group.rule.severity], group.rule.code))
+
+    @cached_property
+    def by_rule_and_file(self) -> list[FileFindings]:
+        """The findings of each rule in each file, errors first, then warnings, then information; the most
+        numerous first within a severity, then by code and file: the order of GitHub's annotations and SARIF's
+        results, each of which stands for one, and whose readers show only the first few (10 annotations of a
+        level, 5,000 results of an upload)."""
+        grouped: dict[tuple[str, str], FileFindings] = {}
+        for finding in self.findings:
+            key = (finding.rule.code, finding.file)
+            if (group := grouped.get(key)) is None:
+                group = grouped[key] = FileFindings(finding.rule, finding.file, [])
+            group.findings.append(finding)
+        rank = {severity: i for i, severity in enumerate(SEVERITIES)}
+        return sorted(
+            grouped.values(),
+            key=lambda group: (rank[group.rule.severity], -len(group.findings), group.rule.code, group.file),
+        )
 
     @cached_property
     def counts(self) -> Counter[str]:
@@ -184,6 +212,18 @@ class CheckReport:
 def counted(n: int, noun: str) -> str:
     """``n`` with ``noun``, plural unless ``n`` is 1: "1 shard", "3 shards"; "info" is a mass noun."""
     return f"{n} {noun}" if n == 1 or noun.endswith("info") else f"{n} {noun}s"
+
+
+def grouped_message(rule: Rule, findings: list[Finding], more: str) -> str:
+    """The findings of one rule in one file as one message, as an annotation or a SARIF result that stands for
+    them says it: how many, the first few with what is particular to each, where the rest are (``more``), and
+    why they matter (once for each different why)."""
+    shown = findings[:SHOWN_PER_RULE]
+    lines = [f"{counted(len(findings), 'finding')} in this file: {rule.summary}"]
+    lines += [with_tensor(finding, finding.detail) for finding in shown]
+    if len(shown) < len(findings):
+        lines.append(f"... and {len(findings) - len(shown)} more ({more})")
+    return "\n".join([*lines, *dict.fromkeys(finding.why for finding in findings)])
 
 
 def with_tensor(finding: Finding, text: str) -> str:

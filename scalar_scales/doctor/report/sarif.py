@@ -1,22 +1,36 @@
 """SARIF 2.1.0 (``--output-format sarif``), as GitHub code scanning takes it: one run, every rule applied with
-its reference, one result per finding.
+its reference, one result per rule and file, within the limits GitHub documents for an upload at any scale.
+
+GitHub code scanning takes at most 25,000 results in a run (and keeps the
+5,000 most severe), 1,000 locations in a result and 10 MB of gzipped SARIF;
+a legacy DeepSeek-V4-Flash-shaped checkpoint has 66,048 NV101 findings in 46
+shards, which as one result each it refuses. So a result stands for one
+rule's findings in one file (:attr:`~.model.CheckReport.by_rule_and_file`,
+most severe first, then most numerous): its message counts them and names
+the first few, as a grouped annotation does; each finding, up to
+:data:`MAX_LOCATIONS`, is a location of it, with its tensor as the logical
+location and its detail as the location's message; and its ``properties``
+count them all (``findings``), as the run's count every finding
+(``findings``, ``counts``). Where there would be more than
+:data:`MAX_RESULTS` results, the least severe and least numerous rule-and-file
+pairs of each rule past the limit are one result of that rule, which counts
+them and names their files.
 
 A finding is in a binary file (a safetensors shard) or a config, and has no
-line, but code scanning wants a region with a ``startLine``: every result
-names line 1 of its file and, as a logical location, its tensor. Its
-``partialFingerprints`` hash the rule, the file's path and the tensor, so
-code scanning tracks a finding across runs (it would otherwise hash the
-file's lines, which a shard does not have). A local file's URI is relative
-to ``%SRCROOT%`` (the current folder) where it is under it, else (and
-where the current folder is gone) an absolute ``file:`` URI; a Hub
-repository's files are relative to ``HFREPO``, the repository's files at
-the commit read, and the run's ``versionControlProvenance`` names the
-repository and the commit.
+line, but code scanning wants a region with a ``startLine``: every location
+names line 1 of its file. A result's ``partialFingerprints`` hash its rule
+and its file's URI, so code scanning tracks it across runs (it would
+otherwise hash the file's lines, which a shard does not have). A local
+file's URI is relative to ``%SRCROOT%`` (the current folder) where it is
+under it, else (and where the current folder is gone) an absolute ``file:``
+URI; a Hub repository's files are relative to ``HFREPO``, the repository's
+files at the commit read on the endpoint it was read from (``HF_ENDPOINT``),
+and the run's ``versionControlProvenance`` names the repository and the
+commit.
 
-The results are written in pieces, each filled into a template of its
-file's and rule's shape (:mod:`.json_text`): 66,048 findings are 86 MB of
-SARIF, whose text is ``json.dumps(log, indent=2)``'s at a fraction of its
-time.
+The locations are written in pieces, each filled into a template of its
+file's shape (:mod:`.json_text`): the text is ``json.dumps(log, indent=2)``'s
+at a fraction of its time.
 """
 
 from __future__ import annotations
@@ -28,18 +42,32 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from scalar_scales.doctor.report.json_text import SLOT, Records, Template, Writer, text, write
-from scalar_scales.doctor.report.model import CheckReport, Context, workspace, workspace_path
+from scalar_scales.doctor.report.json_text import SLOT, Records, Template, Writer, listed, nested, text, write
+from scalar_scales.doctor.report.model import (
+    CheckReport,
+    Context,
+    FileFindings,
+    counted,
+    grouped_message,
+    with_tensor,
+    workspace,
+    workspace_path,
+)
 from scalar_scales.doctor.report.text import summary
 from scalar_scales.doctor.rules import EFFECTS, Finding, Rule
+from scalar_scales.sources.hub_address import hub_endpoint
 
-__all__ = ["HUB_BASE", "SARIF_SCHEMA", "SOURCE_ROOT", "emit", "sarif_document"]
+__all__ = ["HUB_BASE", "MAX_LOCATIONS", "MAX_RESULTS", "SARIF_SCHEMA", "SOURCE_ROOT", "emit", "sarif_document"]
 
 SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 SOURCE_ROOT = "%SRCROOT%"
 HUB_BASE = "HFREPO"
 INFORMATION_URI = "https://pypi.org/project/scalar-scales/"
 _LEVELS = {"error": "error", "warning": "warning", "info": "note"}
+MAX_RESULTS = 25_000
+"""The most results GitHub code scanning takes in a run."""
+MAX_LOCATIONS = 1_000
+"""The most locations GitHub code scanning takes in a result."""
 
 
 def emit(out: Writer, report: CheckReport, context: Context) -> None:
@@ -67,10 +95,16 @@ def sarif_document(report: CheckReport) -> dict[str, Any]:
                 "rules": [_rule(rule) for rule in rules],
             }
         },
-        "results": Records(_results(report, index, locator), 3),
+        "results": Records(_results(report, index, locator), 3, batch=1),  # each up to 1,000 locations
         "columnKind": "unicodeCodePoints",
         "originalUriBaseIds": locator.bases(),
-        "properties": {"checkpoint": report.name, "commit": report.commit, "summary": summary(report)},
+        "properties": {
+            "checkpoint": report.name,
+            "commit": report.commit,
+            "summary": summary(report),
+            "findings": len(report.findings),
+            "counts": dict(report.counts),
+        },
     }
     if provenance := locator.provenance():
         run["versionControlProvenance"] = [provenance]
@@ -95,50 +129,114 @@ def _rule(rule: Rule) -> dict[str, Any]:
 
 
 def _results(report: CheckReport, index: dict[str, int], locator: _Locator) -> Iterator[str]:
-    """Each finding's result. The results of one rule in one file share their shape, written once as a template
-    (:func:`_result_template`), and a run of findings with the same detail and why shares its text; each fills in
-    its tensor and its fingerprints."""
-    shapes: dict[tuple[str, str, bool], tuple[Template, bytes]] = {}
-    said, rest = ("", ""), ""
-    for finding in report.findings:
-        code, tensor = finding.code, finding.tensor
-        key = (finding.file, code, tensor is not None)
-        if (shape := shapes.get(key)) is None:
-            shape = shapes[key] = _result_template(finding, index[code], locator)
-        result, hashed = shape
-        fingerprint = hashlib.sha256(hashed + (tensor or "").encode()).hexdigest()
-        if tensor is None:
-            yield result.fill(text(finding.message), fingerprint[:16], text(fingerprint))
-            continue
-        if (finding.detail, finding.why) != said:
-            said, rest = (finding.detail, finding.why), text(finding.message)[1:-1]
-        name = text(tensor)
-        yield result.fill(name[1:-1], rest, name, name, fingerprint[:16], text(fingerprint))
-
-
-def _result_template(finding: Finding, rule_index: int, locator: _Locator) -> tuple[Template, bytes]:
-    """The template of a result of ``finding``'s rule in its file, as :func:`_results` fills it in, and what its
-    fingerprint hashes before the tensor: the rule and the file's URI."""
-    uri, base = locator.locate(finding.file)
-    artifact: dict[str, Any] = {"uri": uri} | ({"uriBaseId": base} if base else {})
-    location: dict[str, Any] = {"physicalLocation": {"artifactLocation": artifact, "region": {"startLine": 1}}}
-    if finding.tensor is not None:
-        location["logicalLocations"] = [{"name": SLOT, "fullyQualifiedName": SLOT, "kind": "member"}]
-    result = {
-        "ruleId": finding.code,
-        "ruleIndex": rule_index,
-        "level": _LEVELS[finding.severity],
-        "message": {"text": SLOT if finding.tensor is None else f"{SLOT}: {SLOT}"},  # as with_tensor() writes it
-        "locations": [location],
-        "partialFingerprints": {"primaryLocationLineHash": f"{SLOT}:1", "tensor/v1": SLOT},
+    """A result for each rule's findings in each file, most severe first, and past :data:`MAX_RESULTS` one for the
+    rest of each rule's (:func:`_within_limit`)."""
+    shape = {
+        "ruleId": SLOT,
+        "ruleIndex": SLOT,
+        "level": SLOT,
+        "message": {"text": SLOT},
+        "locations": SLOT,
+        "partialFingerprints": {"primaryLocationLineHash": f"{SLOT}:1", "ruleAndFile/v1": SLOT},
+        "properties": SLOT,
     }
-    return Template(result, 4), "\0".join([finding.code, uri, ""]).encode()
+    result = Template(shape, 4)
+    groups, rest = _within_limit(report.by_rule_and_file)
+    locations: dict[tuple[str, bool], Template] = {}
+    for rule, file, findings in groups:
+        uri, base = locator.locate(file)
+        hashed = hashlib.sha256("\0".join([rule.code, uri]).encode()).hexdigest()
+        located = findings[:MAX_LOCATIONS]
+        if len(findings) == 1:
+            message = with_tensor(findings[0], findings[0].message)
+        else:
+            message = grouped_message(rule, findings, _more(len(findings)))
+        yield result.fill(
+            text(rule.code),
+            str(index[rule.code]),
+            text(_LEVELS[rule.severity]),
+            text(message),
+            listed(list(_locations(located, uri, base, locations)), 5),
+            hashed[:16],
+            text(hashed),
+            nested({"findings": len(findings)}, 5),
+        )
+    for rule, of_rule in rest:
+        files = [group.file for group in of_rule]
+        count = sum(len(group.findings) for group in of_rule)
+        hashed = hashlib.sha256("\0".join([rule.code, ""]).encode()).hexdigest()
+        message = (
+            f"{counted(count, 'more finding')} of {rule.code} in {counted(len(files), 'more file')}: "
+            f"{rule.summary}; this log has at most {MAX_RESULTS:,} results, so they have none of their own "
+            f"(--output-format json lists every one)"
+        )
+        places = [_file_location(*locator.locate(file)) for file in files[:MAX_LOCATIONS]]
+        yield result.fill(
+            text(rule.code),
+            str(index[rule.code]),
+            text(_LEVELS[rule.severity]),
+            text(message),
+            listed([nested(place, 6) for place in places], 5),
+            hashed[:16],
+            text(hashed),
+            nested({"findings": count, "files": len(files)}, 5),
+        )
+
+
+def _more(count: int) -> str:
+    """Where a result's findings past the first few its message names are."""
+    if count <= MAX_LOCATIONS:
+        return "each is a location of this result"
+    return f"the first {MAX_LOCATIONS:,} are locations of this result; --output-format json lists every one"
+
+
+def _within_limit(groups: list[FileFindings]) -> tuple[list[FileFindings], list[tuple[Rule, list[FileFindings]]]]:
+    """``groups`` as at most :data:`MAX_RESULTS` results: each group its own, or, where there are more, the first
+    groups their own and the rest of each rule's one result together, with a place kept for each rule."""
+    if len(groups) <= MAX_RESULTS:
+        return groups, []
+    kept = MAX_RESULTS - len({group.rule.code for group in groups})
+    rest: dict[str, tuple[Rule, list[FileFindings]]] = {}
+    for group in groups[kept:]:
+        rest.setdefault(group.rule.code, (group.rule, []))[1].append(group)
+    return groups[:kept], list(rest.values())
+
+
+def _file_location(uri: str, base: str | None) -> dict[str, Any]:
+    artifact: dict[str, Any] = {"uri": uri} | ({"uriBaseId": base} if base else {})
+    return {"physicalLocation": {"artifactLocation": artifact, "region": {"startLine": 1}}}
+
+
+def _locations(
+    findings: list[Finding], uri: str, base: str | None, templates: dict[tuple[str, bool], Template]
+) -> Iterator[str]:
+    """Each finding's location: its file at line 1, its tensor as the logical location, and its detail as the
+    message. A run of findings with the same detail shares its text; each fills in its tensor."""
+    said, detail = "", ""
+    for finding in findings:
+        tensor = finding.tensor
+        key = (uri, tensor is not None)
+        if (template := templates.get(key)) is None:
+            location = _file_location(uri, base)
+            if tensor is None:
+                location["message"] = {"text": SLOT}
+            else:
+                location["logicalLocations"] = [{"name": SLOT, "fullyQualifiedName": SLOT, "kind": "member"}]
+                location["message"] = {"text": f"{SLOT}: {SLOT}"}  # as with_tensor() writes it
+            template = templates[key] = Template(location, 6)
+        if finding.detail != said:
+            said, detail = finding.detail, text(finding.detail)
+        if tensor is None:
+            yield template.fill(detail)
+            continue
+        name = text(tensor)
+        yield template.fill(name, name, name[1:-1], detail[1:-1])
 
 
 class _Locator:
     """Each file's URI: relative to the current folder (``%SRCROOT%``) where it is under it, else (and where the
     current folder is gone, when ``%SRCROOT%`` is not given) an absolute ``file:`` URI; a Hub repository's files
-    relative to ``HFREPO``, the repository at the commit read."""
+    relative to ``HFREPO``, the repository at the commit read, on the endpoint it was read from."""
 
     def __init__(self, report: CheckReport) -> None:
         self.report, self.commit, self.hub = report, report.commit, report.hub
@@ -154,7 +252,7 @@ class _Locator:
     def bases(self) -> dict[str, Any]:
         if self.hub is not None:
             revision = quote(self.commit or self.hub.revision or "main", safe="")  # refs/pr/1 is one segment
-            return {HUB_BASE: {"uri": f"https://huggingface.co/{self.hub.repo_id}/resolve/{revision}/"}}
+            return {HUB_BASE: {"uri": f"{hub_endpoint()}/{self.hub.repo_id}/resolve/{revision}/"}}
         folder = workspace()
         return {} if folder is None else {SOURCE_ROOT: {"uri": folder.as_uri() + "/"}}
 
@@ -162,7 +260,7 @@ class _Locator:
         if self.hub is None or self.commit is None:
             return None
         return {
-            "repositoryUri": f"https://huggingface.co/{self.hub.repo_id}",
+            "repositoryUri": f"{hub_endpoint()}/{self.hub.repo_id}",
             "revisionId": self.commit,
             "mappedTo": {"uriBaseId": HUB_BASE},
         }

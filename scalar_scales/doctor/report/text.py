@@ -27,7 +27,7 @@ from itertools import groupby
 
 from scalar_scales.doctor.report.json_text import Writer
 from scalar_scales.doctor.report.model import SHOWN_PER_RULE, WIDTH, CheckReport, Context, counted
-from scalar_scales.doctor.rules import SEVERITIES, Finding
+from scalar_scales.doctor.rules import SEVERITIES, Command, Finding
 from scalar_scales.errors import escaped, printable
 from scalar_scales.nvfp4 import MODELOPT
 from scalar_scales.scan import CheckpointScan
@@ -131,7 +131,7 @@ def text_lines(
     if with_scales:
         lines += [f"{s.layout:<7}{list(s.shape)!s:<5}{s.name} = {s.value!r}" for s in report.diagnosis.scan.scales]
     for rule, findings in report.by_rule:
-        fix = f"; fix: {_fix_command(rule.fix, report)}" if rule.fix else ""
+        fix = f"; fix: {_fix(rule.fix, report)}" if rule.fix else ""
         lines.append(
             f"{rule.code} {rule.name} ({rule.severity}): {counted(len(findings), 'finding')}: {rule.summary}{fix}"
         )
@@ -249,6 +249,11 @@ def _declared_text(report: CheckReport) -> str:
 def _group_text(group: Group) -> str:
     activations = "W4A4" if group.input_activations else "weight-only"
     return f"{group.format} {activations}"
+
+
+def _fix(fix: Command | str, report: CheckReport) -> str:
+    """A fix as the report says it: a command, ready to paste (:func:`_fix_command`); what to do, as it is."""
+    return _fix_command(fix.line, report) if isinstance(fix, Command) else fix
 
 
 def _fix_command(fix: str, report: CheckReport) -> str:

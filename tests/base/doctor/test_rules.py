@@ -13,6 +13,7 @@ import pytest
 import scalar_scales
 from scalar_scales.doctor import RULES, reference_document, rule_reference, selected_codes
 from scalar_scales.nvfp4 import COMPRESSED_TENSORS_LAYOUT, MODELOPT_LAYOUT
+from scalar_scales_testkit.broken import CORPUS, MODELOPT_CORPUS, clean_checkpoint, to_modelopt
 from scalar_scales_testkit.cli import run_cli, run_cli_in_process
 
 DOCS = Path(__file__).parents[3] / "docs"
@@ -83,6 +84,49 @@ def test_nv302_explains_the_bound_its_function_applies_to_an_input_scale():
     for layout in (COMPRESSED_TENSORS_LAYOUT, MODELOPT_LAYOUT):
         bound = layout.other_convention_bound(layout.input_global)
         assert f"≈ {bound:.3g}" in RULES["NV302"].explanation
+
+
+def nv607_codes(checkpoint: Path) -> set[str]:
+    return {
+        finding["code"] for finding in json.loads(run_cli_in_process("check", checkpoint, "--json").stdout)["findings"]
+    }
+
+
+def test_nv607_s_line_of_the_text_report_says_its_fix(tmp_path):
+    checkpoint = clean_checkpoint(tmp_path / "ckpt")
+    CORPUS["quantization-undeclared"].make(checkpoint, COMPRESSED_TENSORS_LAYOUT)
+    lines = run_cli_in_process("check", checkpoint).stdout.splitlines()
+    (line,) = (line for line in lines if line.startswith("NV607 "))
+    assert line.endswith(f"; fix: {RULES['NV607'].fix}")
+
+
+def test_putting_back_config_json_s_quantization_config_clears_nv607(tmp_path):
+    checkpoint = clean_checkpoint(tmp_path / "ckpt")
+    declared = json.loads((checkpoint / "config.json").read_text())["quantization_config"]
+    CORPUS["quantization-undeclared"].make(checkpoint, COMPRESSED_TENSORS_LAYOUT)
+    assert "NV607" in nv607_codes(checkpoint)
+    config = json.loads((checkpoint / "config.json").read_text())
+    (checkpoint / "config.json").write_text(json.dumps({**config, "quantization_config": declared}))
+    assert nv607_codes(checkpoint) == set()
+
+
+def test_putting_back_modelopt_s_hf_quant_config_json_clears_nv607(tmp_path):
+    checkpoint = clean_checkpoint(tmp_path / "ckpt")
+    to_modelopt(checkpoint)
+    declared = (checkpoint / "hf_quant_config.json").read_bytes()
+    MODELOPT_CORPUS["quantization-undeclared"].make(checkpoint, MODELOPT_LAYOUT)
+    assert "NV607" in nv607_codes(checkpoint)
+    (checkpoint / "hf_quant_config.json").write_bytes(declared)
+    assert nv607_codes(checkpoint) == set()
+
+
+def test_hf_quant_config_json_under_a_config_json_declaring_another_quantization_leaves_nv607(tmp_path):
+    checkpoint = clean_checkpoint(tmp_path / "ckpt")
+    to_modelopt(checkpoint)
+    config = json.loads((checkpoint / "config.json").read_text())
+    other = {"quant_method": "fp8", "activation_scheme": "dynamic"}
+    (checkpoint / "config.json").write_text(json.dumps({**config, "quantization_config": other}))
+    assert "NV607" in nv607_codes(checkpoint)
 
 
 def test_selected_codes_takes_a_generator_as_it_takes_a_list():
