@@ -58,6 +58,7 @@ from scalar_scales.doctor.report import (
     PRINTING_OPTIONS,
     WIDTH,
     Context,
+    Writer,
     formats_help,
 )
 from scalar_scales.doctor.settings import ConfigError, Settings, find_config, read_config, resolve
@@ -134,7 +135,13 @@ def _build_parser() -> _Parser:
         "upward from the checkpoint, under the command line's (--show-settings prints them).",
     )
     check.set_defaults(parser=check)
-    check.add_argument("path", help="checkpoint folder, .safetensors file, or hf://ORG/NAME[@REVISION]")
+    check.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="checkpoint folder, .safetensors file, or hf://ORG/NAME[@REVISION]; several are checked one after "
+        "another, into one output, and the command exits with the worst exit code (2 where one was refused)",
+    )
     check.add_argument(
         "--select", action="append", default=[], metavar="CODE", help="only these rules (codes or prefixes: NV1, NV301)"
     )
@@ -291,6 +298,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = sys.argv[1:] if argv is None else list(argv)
     _refuse_unknown_command(parser, arguments)
     args, unknown = parser.parse_known_args(arguments)
+    if args.command == "check" and unknown:  # paths after an option (check A --strict B), as ruff takes them
+        cut = unknown.index("--") if "--" in unknown else len(unknown)
+        if not any(argument.startswith("-") for argument in unknown[:cut]):
+            args.paths += unknown[:cut] + unknown[cut + 1 :]
+            unknown = []
     if unknown:
         command_parser: _Parser = getattr(args, "parser", parser)
         command_parser.refuse_unknown(unknown)
@@ -386,14 +398,24 @@ def _emit(text: str) -> None:
         _reader_gone()
 
 
-def _emit_report(report: CheckReport, output_format: str, context: Context) -> None:
-    """Write the report as its format writes it, in pieces as it goes; a reader that went away does not fail the
-    command (and cannot be told)."""
+def _emit_report(reports: list[CheckReport], output_format: str, context: Context, *, several: bool) -> None:
+    """Write the reports as their format writes them, in pieces as it goes; a reader that went away does not fail
+    the command (and cannot be told)."""
     try:
-        FORMATS[output_format].emit(sys.stdout, report, context)
+        _render(sys.stdout, reports, output_format, context, several=several)
         sys.stdout.flush()
     except BrokenPipeError:
         _reader_gone()
+
+
+def _render(out: Writer, reports: list[CheckReport], output_format: str, context: Context, *, several: bool) -> None:
+    """One checkpoint's report as its format's ``emit`` writes it; the reports of a check of several paths as its
+    renderer of several does (even where one was refused and one is left)."""
+    row = FORMATS[output_format]
+    if several and row.several is not None:
+        row.several[0](out, reports, context)
+    else:
+        row.emit(out, reports[0], context)
 
 
 def _reader_gone() -> None:
@@ -414,11 +436,12 @@ def _check(args: argparse.Namespace) -> int:
         args.parser.error(
             f"--json is --output-format json; it cannot be given with --output-format {args.output_format}"
         )
-    settings = _settings(args)
+    paths: list[str] = args.paths
+    settings = {path: _settings(args, path) for path in dict.fromkeys(paths)}
     if args.show_settings:
-        _emit_lines([f"Settings for {args.path}:", *settings.lines()])
+        _emit_lines([line for path, each in settings.items() for line in (f"Settings for {path}:", *each.lines())])
         return 0
-    output_format = settings.output_format
+    output_format = _one_output_format(args, settings)
     for option in PRINTING_OPTIONS:
         given = getattr(args, option.removeprefix("--").replace("-", "_"))
         if given and output_format not in (formats := FORMATS_TAKING[option]):
@@ -433,19 +456,60 @@ def _check(args: argparse.Namespace) -> int:
             "--statistics prints a count per rule instead of the findings; it cannot be given with "
             f"{'--list' if args.list else '--show-all'}"
         )
+    several = len(paths) > 1
+    if several and FORMATS[output_format].several is None:
+        args.parser.error(
+            f"--output-format {output_format} reports one checkpoint a run (GitHub shows 10 annotations of a level "
+            "in a step); check each checkpoint in a run of its own"
+        )
     if args.output_file is not None:
         _check_writable(args.output_file)
+    reports: list[CheckReport] = []
+    refused = False
+    for path in paths:
+        try:
+            report = _check_one(args, path, settings[path])
+        except CheckpointError as exc:
+            if not several:
+                raise
+            _say_error(str(exc))  # the others are still checked; the command then exits 2
+            refused = True
+            continue
+        if report is not None:
+            reports.append(report)
+    if reports:
+        width = min(WIDTH, shutil.get_terminal_size((WIDTH, 24)).columns)
+        context = Context(
+            show_all=args.show_all,
+            with_scales=args.list,
+            quiet=args.quiet,
+            statistics=args.statistics,
+            colour=output_format == "text" and _colour(args.color, to_file=args.output_file is not None),
+            width=width,
+        )
+        if args.output_file is not None:
+            _write_report(args.output_file, reports, output_format, context, several=several)
+        elif not args.silent:
+            _emit_report(reports, output_format, context, several=several)
+    if args.own_process:
+        _NOT_FREED.append(reports)
+    return REFUSED if refused else max((report.exit_code for report in reports), default=0)
+
+
+def _check_one(args: argparse.Namespace, path: str, settings: Settings) -> CheckReport | None:
+    """One checkpoint's report; None for a staged folder whose staged changes touch none of its files (said in a
+    line, but with ``--quiet`` or ``--silent``)."""
     if args.staged:
         from scalar_scales.sources.staged import open_staged  # git's reader, which a check of a folder never needs
 
-        opened = open_staged(args.path)
+        opened = open_staged(path)
     else:
-        opened = open_checkpoint(args.path)
+        opened = open_checkpoint(path)
     if opened is None:
         if not (args.quiet or args.silent):
-            _emit_lines([f"{args.path}: nothing to check: the staged changes touch none of its files"])
-        return 0
-    report = check_opened(
+            _emit_lines([f"{path}: nothing to check: the staged changes touch none of its files"])
+        return None
+    return check_opened(
         opened,
         codes=settings.codes,
         include=args.include,
@@ -453,22 +517,18 @@ def _check(args: argparse.Namespace) -> int:
         exit_zero=args.exit_zero,
         module_ignores=settings.per_module_ignores,
     )
-    width = min(WIDTH, shutil.get_terminal_size((WIDTH, 24)).columns)
-    context = Context(
-        show_all=args.show_all,
-        with_scales=args.list,
-        quiet=args.quiet,
-        statistics=args.statistics,
-        colour=output_format == "text" and _colour(args.color, to_file=args.output_file is not None),
-        width=width,
-    )
-    if args.output_file is not None:
-        _write_report(args.output_file, report, output_format, context)
-    elif not args.silent:
-        _emit_report(report, output_format, context)
-    if args.own_process:
-        _NOT_FREED.append(report)
-    return report.exit_code
+
+
+def _one_output_format(args: argparse.Namespace, settings: dict[str, Settings]) -> str:
+    """The output format of a check of every path given: the command line's, else their configuration files'
+    (which then must agree, since one output holds every report)."""
+    formats = dict.fromkeys(each.output_format for each in settings.values())
+    if len(formats) > 1:
+        args.parser.error(
+            f"the configuration files of the paths given set several output formats ({', '.join(formats)}); "
+            "name one with --output-format"
+        )
+    return next(iter(formats))
 
 
 def _colour(when: str, *, to_file: bool) -> bool:
@@ -494,7 +554,9 @@ def _check_writable(path: str) -> None:
     try_replacing_in(Path(os.path.dirname(path) or os.curdir))
 
 
-def _write_report(path: str, report: CheckReport, output_format: str, context: Context) -> None:
+def _write_report(
+    path: str, reports: list[CheckReport], output_format: str, context: Context, *, several: bool
+) -> None:
     """Write the report to ``path``, UTF-8, as ruff's ``--output-file`` does, through the project's one way of
     replacing a file (:func:`scalar_scales.files.durable.replaced`): a temporary file created exclusively, never
     through a link, renamed over ``path``, so a reader sees the old report or the new one whole, and a link at
@@ -509,12 +571,12 @@ def _write_report(path: str, report: CheckReport, output_format: str, context: C
             os.umask(umask)
             os.fchmod(binary.fileno(), 0o666 & ~umask)
         text = io.TextIOWrapper(binary, encoding="utf-8", newline="\n")
-        FORMATS[output_format].emit(text, report, context)
+        _render(text, reports, output_format, context, several=several)
         text.flush()
         text.detach()
 
 
-def _settings(args: argparse.Namespace) -> Settings:
+def _settings(args: argparse.Namespace, path: str) -> Settings:
     """The settings the check runs with: the command line's over the configuration file's (``--config``, else the
     nearest upward from the checked path, or from the current folder for a Hub repository; none with
     ``--isolated``). A wrong option is a usage error; a wrong file is a :class:`ConfigError`, one line naming it."""
@@ -525,7 +587,7 @@ def _settings(args: argparse.Namespace) -> Settings:
     elif args.config is not None:
         file = read_config(args.config)
     else:
-        file = find_config(os.curdir if is_hub_address(args.path) else args.path)
+        file = find_config(os.curdir if is_hub_address(path) else path)
     try:
         return resolve(
             file,

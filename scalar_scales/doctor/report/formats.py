@@ -1,25 +1,25 @@
 """The output formats of ``scalar-scales check``, in one table (:data:`FORMATS`), as ruff's emitters are: each
-format is one renderer with one signature, ``emit(out, report, context)``, from the findings and the options that
+format is one renderer with one signature, ``emit(out, report, context)`` (and, for a check of several
+checkpoints, ``several(out, reports, context)``), from the findings and the options that
 change what is printed to the text it writes, escaping what it writes itself (for a terminal, in a workflow
 command, in JSON). ``--output-format``'s choices and help, the options each format takes (:data:`FORMATS_TAKING`),
 and docs/check.md's table of formats (:func:`formats_table`, which ``scripts/rule_docs.py`` writes there and the
 test command holds it to) all come from the table.
 
-A new format is its module, with its ``emit``, and a row of :data:`FORMATS`.
+A new format is its module, with its ``emit`` (and its ``emit_several``, or None where several checkpoints have
+no one document), and a row of :data:`FORMATS`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from scalar_scales.doctor.report import json_format, sarif, text
 from scalar_scales.doctor.report.github import emit as emit_github
-from scalar_scales.doctor.report.json_format import emit as emit_json
 from scalar_scales.doctor.report.json_text import Writer
 from scalar_scales.doctor.report.model import CheckReport, Context
-from scalar_scales.doctor.report.sarif import emit as emit_sarif
-from scalar_scales.doctor.report.text import emit as emit_text
 
 __all__ = [
     "DEFAULT_FORMAT",
@@ -28,6 +28,7 @@ __all__ = [
     "OUTPUT_FORMATS",
     "PRINTING_OPTIONS",
     "Emit",
+    "EmitSeveral",
     "OutputFormat",
     "formats_help",
     "formats_table",
@@ -44,16 +45,24 @@ class Emit(Protocol):
     def __call__(self, out: Writer, report: CheckReport, context: Context, /) -> None: ...
 
 
+class EmitSeveral(Protocol):
+    """A format's renderer of several checkpoints' reports, in the order given, as one output."""
+
+    def __call__(self, out: Writer, reports: Sequence[CheckReport], context: Context, /) -> None: ...
+
+
 @dataclass(frozen=True)
 class OutputFormat:
     """One output format: its name (``--output-format NAME``), its renderer, what it prints, the section of
-    docs/check.md that describes it, and what each option of :data:`PRINTING_OPTIONS` that it takes does in it."""
+    docs/check.md that describes it, what each option of :data:`PRINTING_OPTIONS` that it takes does in it, and
+    its renderer of several checkpoints with what that prints (None: a check of several is refused with it)."""
 
     name: str
     emit: Emit
     prints: str
     section: str
     options: Mapping[str, str]
+    several: tuple[EmitSeveral, str] | None
 
 
 FORMATS: dict[str, OutputFormat] = {
@@ -61,7 +70,7 @@ FORMATS: dict[str, OutputFormat] = {
     for row in (
         OutputFormat(
             "text",
-            emit_text,
+            text.emit,
             "a report for people",
             "Output",
             {
@@ -70,10 +79,11 @@ FORMATS: dict[str, OutputFormat] = {
                 "--quiet": "the findings only: no heading, no summary line",
                 "--statistics": "a count per rule, then the summary line",
             },
+            (text.emit_several, "each report, then a line for each checkpoint: its summary"),
         ),
         OutputFormat(
             "json",
-            emit_json,
+            json_format.emit,
             "a versioned document",
             "JSON",
             {
@@ -81,6 +91,7 @@ FORMATS: dict[str, OutputFormat] = {
                 "--show-all": "(always every finding)",
                 "--statistics": "a list: a count per rule",
             },
+            (json_format.emit_several, "an array of the documents"),
         ),
         OutputFormat(
             "github",
@@ -88,13 +99,15 @@ FORMATS: dict[str, OutputFormat] = {
             "GitHub Actions annotations",
             "GitHub Actions",
             {"--show-all": "an annotation per finding"},
+            None,
         ),
         OutputFormat(
             "sarif",
-            emit_sarif,
+            sarif.emit,
             "SARIF 2.1.0, for code scanning",
             "SARIF",
             {"--show-all": "(always every finding, counted)"},
+            (sarif.emit_several, "a run for each checkpoint"),
         ),
     )
 }
@@ -126,8 +139,10 @@ def formats_table() -> str:
     """docs/check.md's table of the formats: what each prints, and what each option does in it (or that it is
     refused)."""
     lines = [
-        "| `--output-format` | prints | " + " | ".join(f"`{option}`" for option in PRINTING_OPTIONS) + " |",
-        "|" + "---|" * (2 + len(PRINTING_OPTIONS)),
+        "| `--output-format` | prints | "
+        + " | ".join(f"`{option}`" for option in PRINTING_OPTIONS)
+        + " | several checkpoints |",
+        "|" + "---|" * (3 + len(PRINTING_OPTIONS)),
     ]
     for name, row in FORMATS.items():
         anchor = row.section.lower().replace(" ", "-")
@@ -135,6 +150,7 @@ def formats_table() -> str:
             f"`{name}`" + (" (the default)" if name == DEFAULT_FORMAT else ""),
             f"{row.prints} ([{row.section}](#{anchor}))",
             *(row.options.get(option, "refused") for option in PRINTING_OPTIONS),
+            row.several[1] if row.several else "refused",
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

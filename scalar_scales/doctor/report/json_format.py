@@ -12,15 +12,33 @@ indent=2)``'s, at a fraction of its time.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from importlib import resources
 from typing import Any
 
-from scalar_scales.doctor.report.json_text import SLOT, Records, Template, Writer, nested, scalar, text, write
+from scalar_scales.doctor.report.json_text import (
+    SLOT,
+    Records,
+    Template,
+    Writer,
+    in_a_list,
+    nested,
+    scalar,
+    text,
+    write,
+)
 from scalar_scales.doctor.report.model import CheckReport, Context, json_number
 from scalar_scales.scan import CheckpointScan
 
-__all__ = ["SCHEMA_FILE", "SCHEMA_VERSION", "emit", "json_document", "schema_text", "statistics_document"]
+__all__ = [
+    "SCHEMA_FILE",
+    "SCHEMA_VERSION",
+    "emit",
+    "emit_several",
+    "json_document",
+    "schema_text",
+    "statistics_document",
+]
 
 SCHEMA_VERSION = 1
 SCHEMA_FILE = "check-report.schema.json"
@@ -55,6 +73,15 @@ def emit(out: Writer, report: CheckReport, context: Context) -> None:
         write(out, statistics_document(report))
     else:
         write(out, json_document(report, with_scales=context.with_scales))
+
+
+def emit_several(out: Writer, reports: Sequence[CheckReport], context: Context) -> None:
+    """Several checkpoints' documents (or ``--statistics`` lists) as one JSON array, in the order given: one
+    document a JSON reader parses whole, each item the document :func:`emit` writes for that checkpoint."""
+    if context.statistics:
+        write(out, [statistics_document(report) for report in reports])
+    else:
+        write(out, [in_a_list(json_document(report, with_scales=context.with_scales)) for report in reports])
 
 
 def statistics_document(report: CheckReport) -> list[dict[str, Any]]:

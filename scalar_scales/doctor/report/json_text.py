@@ -19,10 +19,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator
+from itertools import repeat
 from json.encoder import encode_basestring_ascii
 from typing import Any, Protocol
 
-__all__ = ["SLOT", "Records", "Template", "Writer", "listed", "nested", "scalar", "text", "write"]
+__all__ = ["SLOT", "Records", "Template", "Writer", "in_a_list", "listed", "nested", "scalar", "text", "write"]
 
 SLOT = "\0slot\0"
 """In a shape given to :class:`Template`, what each record fills in: a whole value, filled with its JSON text
@@ -53,6 +54,20 @@ class Records:
 
     def __init__(self, items: Iterable[str], depth: int, batch: int = _BATCH) -> None:
         self.items, self.depth, self.batch = items, depth, batch
+
+
+def in_a_list(document: Any) -> Any:
+    """``document`` as an item of a list given to :func:`write`: each :class:`Records` in it one level further
+    down, its items' text indented one level more, as ``json.dumps`` would write them there."""
+    if isinstance(document, Records):
+        return Records(
+            map(str.replace, document.items, repeat("\n"), repeat("\n  ")), document.depth + 1, document.batch
+        )
+    if isinstance(document, dict):
+        return {key: in_a_list(value) for key, value in document.items()}
+    if isinstance(document, list):
+        return list(map(in_a_list, document))
+    return document
 
 
 def scalar(value: str | float | bool | None) -> str:

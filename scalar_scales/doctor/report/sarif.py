@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -57,7 +57,16 @@ from scalar_scales.doctor.report.text import summary
 from scalar_scales.doctor.rules import EFFECTS, Finding, Rule
 from scalar_scales.sources.hub_address import hub_endpoint
 
-__all__ = ["HUB_BASE", "MAX_LOCATIONS", "MAX_RESULTS", "SARIF_SCHEMA", "SOURCE_ROOT", "emit", "sarif_document"]
+__all__ = [
+    "HUB_BASE",
+    "MAX_LOCATIONS",
+    "MAX_RESULTS",
+    "SARIF_SCHEMA",
+    "SOURCE_ROOT",
+    "emit",
+    "emit_several",
+    "sarif_document",
+]
 
 SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 SOURCE_ROOT = "%SRCROOT%"
@@ -73,6 +82,15 @@ MAX_LOCATIONS = 1_000
 def emit(out: Writer, report: CheckReport, context: Context) -> None:
     """The SARIF log (every result whatever ``context.show_all`` says)."""
     write(out, sarif_document(report))
+
+
+def emit_several(out: Writer, reports: Sequence[CheckReport], context: Context) -> None:
+    """One SARIF log with a run for each checkpoint, in the order given, as SARIF holds several analyses in one
+    log (each run within GitHub's limits of a run)."""
+    documents = [sarif_document(report) for report in reports]
+    log = documents[0]
+    log["runs"] = [run for document in documents for run in document["runs"]]
+    write(out, log)
 
 
 def sarif_document(report: CheckReport) -> dict[str, Any]:

@@ -23,6 +23,7 @@ import re
 import shlex
 import textwrap
 from collections import Counter
+from collections.abc import Sequence
 from itertools import groupby
 
 from scalar_scales.doctor.report.json_text import Writer
@@ -34,7 +35,16 @@ from scalar_scales.scan import CheckpointScan
 from scalar_scales.shell import command, path_argument
 from scalar_scales.sources.declaration import Group
 
-__all__ = ["WIDTH", "checked_line", "emit", "heading", "statistics_lines", "summary", "text_lines"]
+__all__ = [
+    "WIDTH",
+    "checked_line",
+    "emit",
+    "emit_several",
+    "heading",
+    "statistics_lines",
+    "summary",
+    "text_lines",
+]
 
 _KIND_TEXT = {
     "quantized": "quantized another way",
@@ -62,6 +72,19 @@ def emit(out: Writer, report: CheckReport, context: Context) -> None:
     if context.colour:
         written = coloured(written, report, summarised=not context.quiet)
     out.write("".join(line + "\n" for line in written))
+
+
+def emit_several(out: Writer, reports: Sequence[CheckReport], context: Context) -> None:
+    """Each checkpoint's report as :func:`emit` writes it, a blank line between, then (but with ``--quiet``) a line
+    for each: its name and its summary line, so that a check of many ends saying how each one ended."""
+    for k, report in enumerate(reports):
+        if k:
+            out.write("\n")
+        emit(out, report, context)
+    if not context.quiet:
+        lines = [f"Checked {counted(len(reports), 'checkpoint')}:"]
+        lines += [f"  {report.name}: {summary(report)}" for report in reports]
+        out.write("\n" + "".join(escaped(line) + "\n" for line in lines))
 
 
 COLOURS = {"error": "\x1b[1;31m", "warning": "\x1b[1;33m", "info": "\x1b[1;36m", "passed": "\x1b[1;32m"}
