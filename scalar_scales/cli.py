@@ -66,6 +66,7 @@ from scalar_scales.environment import SwitchValueError, others_setting, read_com
 from scalar_scales.errors import CheckpointError, Interrupted, StoppedAfterWriting, escaped
 from scalar_scales.nvfp4 import MODELOPT
 from scalar_scales.sources import is_hub_address, open_checkpoint
+from scalar_scales.sources.hub_address import hub_author
 
 if TYPE_CHECKING:
     from scalar_scales.migration import MigrationReport
@@ -436,7 +437,9 @@ def _check(args: argparse.Namespace) -> int:
         args.parser.error(
             f"--json is --output-format json; it cannot be given with --output-format {args.output_format}"
         )
-    paths: list[str] = args.paths
+    paths, refused = _expanded(args.paths)
+    if not paths:  # every path an author whose listing was refused, each said in its line
+        return REFUSED
     settings = {path: _settings(args, path) for path in dict.fromkeys(paths)}
     if args.show_settings:
         _emit_lines([line for path, each in settings.items() for line in (f"Settings for {path}:", *each.lines())])
@@ -456,7 +459,7 @@ def _check(args: argparse.Namespace) -> int:
             "--statistics prints a count per rule instead of the findings; it cannot be given with "
             f"{'--list' if args.list else '--show-all'}"
         )
-    several = len(paths) > 1
+    several = len(args.paths) > 1 or len(paths) != len(args.paths) or any(map(hub_author, args.paths))
     if several and FORMATS[output_format].several is None:
         args.parser.error(
             f"--output-format {output_format} reports one checkpoint a run (GitHub shows 10 annotations of a level "
@@ -465,7 +468,6 @@ def _check(args: argparse.Namespace) -> int:
     if args.output_file is not None:
         _check_writable(args.output_file)
     reports: list[CheckReport] = []
-    refused = False
     for path in paths:
         try:
             report = _check_one(args, path, settings[path])
@@ -494,6 +496,32 @@ def _check(args: argparse.Namespace) -> int:
     if args.own_process:
         _NOT_FREED.append(reports)
     return REFUSED if refused else max((report.exit_code for report in reports), default=0)
+
+
+def _expanded(paths: list[str]) -> tuple[list[str], bool]:
+    """The paths to check: each as given, but ``hf://ORG``, which is each model the Hub lists of that user or
+    organization (``hf://ORG/NAME``); and whether a listing was refused (its line said), where others are given."""
+    found: list[str] = []
+    refused = False
+    for path in paths:
+        author = hub_author(path)
+        if author is None:
+            found.append(path)
+            continue
+        from scalar_scales.sources.hub import author_models  # the Hub's client, only where a check reads the Hub
+
+        try:
+            listed = author_models(path, author)
+            if not listed:
+                raise CheckpointError(path, f"the Hub lists no model of {author}")
+        except CheckpointError as exc:
+            if len(paths) == 1:
+                raise
+            _say_error(str(exc))
+            refused = True
+            continue
+        found += listed
+    return found, refused
 
 
 def _check_one(args: argparse.Namespace, path: str, settings: Settings) -> CheckReport | None:

@@ -57,6 +57,7 @@ long body, a hang) is one line naming the address, exit 2.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -653,6 +654,94 @@ def open_hub_checkpoint(address: str) -> OpenedCheckpoint:
         modelopt_config=shards.label(MODELOPT_CONFIG_NAME) if modelopt_config is not None else None,
     )
     return OpenedCheckpoint(checkpoint, config, shards, modelopt_config, commit, hub)
+
+
+MAX_LISTED = 10_000
+"""The most models ``hf://ORG`` checks: more is refused, in one line, rather than read on without end."""
+
+
+def author_models(address: str, author: str) -> list[str]:
+    """The ``hf://ORG/NAME`` address of each model of ``author`` (``hf://ORG``: a user or an organization), as the
+    Hub lists them (``HfApi.list_models(author=...)``: its ``/api/models`` endpoint, page after page by each
+    reply's ``Link`` header, through huggingface_hub's session and token), in the Hub's order.
+
+    A reply is held to what a listing is: a JSON array of objects each with
+    an ``id`` of the author's; a next page on the endpoint's own origin (the
+    token goes with each request) that no page named before, each model
+    once, and at most :data:`MAX_LISTED` models. Any other is one line.
+    Offline there is no listing to read.
+    """
+    _start_huggingface_hub(address)
+    from huggingface_hub import constants
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(f"{author}/x")
+    except HFValidationError as error:
+        raise CheckpointError(address, f"not a user or organization name huggingface_hub accepts: {error}") from None
+    if constants.HF_HUB_OFFLINE:
+        raise CheckpointError(address, "listing a user's or an organization's models needs the Hub (HF_HUB_OFFLINE)")
+    endpoint = constants.ENDPOINT.rstrip("/")
+    origin = urlsplit(endpoint)
+
+    async def listing(client: Client) -> list[str]:
+        found: list[str] = []
+        url: str | None = f"{endpoint}/api/models?author={quote(author, safe='')}"
+        following: list[str | None] = [None]
+        """The next page the last reply's ``Link`` header named."""
+
+        def limit(response: Reply) -> int:
+            following[0] = _next_page(response.headers.get("Link"))
+            return MAX_JSON_BYTES
+
+        pages: set[str] = set()
+        while url is not None:
+            if url in pages:
+                raise CheckpointError(address, f"the Hub's listing names a page it gave already: {_shown(url)}")
+            pages.add(url)
+            following[0] = None
+            timeout = float(constants.HF_HUB_ETAG_TIMEOUT)
+            found += _listed_ids(
+                await client.fetch(url, address, {}, limit, decoded=True, timeout=timeout), address, author
+            )
+            if len(set(found)) < len(found):
+                raise CheckpointError(address, "the Hub's listing names a model twice")
+            if len(found) > MAX_LISTED:
+                raise CheckpointError(address, f"the Hub lists more than {MAX_LISTED} models of {author}; check fewer")
+            url = following[0]
+            if url is not None and urlsplit(url)[:2] != origin[:2]:
+                raise CheckpointError(address, f"the Hub's listing names its next page on another host: {_shown(url)}")
+        return found
+
+    return [HUB_PREFIX + repo_id for repo_id in run(listing, where=address)]
+
+
+def _next_page(link: str | None) -> str | None:
+    """The address of the next page a ``Link`` header names (``<URL>; rel="next"``), as huggingface_hub's
+    ``paginate`` follows it; None where it names none."""
+    for part in (link or "").split(","):
+        target, _, parameters = part.partition(";")
+        if re.search(r'\brel\s*=\s*"?next"?', parameters) and target.strip().startswith("<"):
+            return target.strip()[1:].partition(">")[0]
+    return None
+
+
+def _listed_ids(body: bytes, address: str, author: str) -> list[str]:
+    """The repository ids of one page of a listing of ``author``'s models, or the one line that refuses it."""
+    try:
+        page = json.loads(body)
+    except (ValueError, RecursionError):
+        raise CheckpointError(address, "the Hub's listing of models is not JSON") from None
+    if not isinstance(page, list) or not all(
+        isinstance(item, dict) and isinstance(item.get("id"), str) for item in page
+    ):
+        raise CheckpointError(address, "the Hub's listing of models is not a list of models, each with an id")
+    ids = [item["id"] for item in page]
+    if stranger := next(
+        (repo_id for repo_id in ids if repo_id.split("/")[0] != author or repo_id.count("/") != 1), None
+    ):
+        raise CheckpointError(address, f"the Hub's listing of {author}'s models names {_shown(stranger)}")
+    return ids
 
 
 def _with_subfolder_hint(error: CheckpointError, hub: HubAddress) -> CheckpointError:

@@ -40,6 +40,7 @@ __all__ = [
     "HUB_HOSTS",
     "HUB_PREFIX",
     "HubAddress",
+    "hub_author",
     "hub_endpoint",
     "is_hub_address",
     "parse_hub_address",
@@ -51,6 +52,7 @@ HUB_ENDPOINT = "https://huggingface.co"
 HUB_HOSTS = frozenset({"huggingface.co", "www.huggingface.co", "hf.co"})
 """The Hub's own hosts; the host of ``HF_ENDPOINT`` is taken too."""
 _ADDRESS = re.compile(r"hf://(?P<repo>[^/@\s]+/[^/@\s]+)(?:@(?P<revision>\S+))?")
+_AUTHOR = re.compile(r"hf://(?P<author>[^/@\s]+)/?")
 _FORMS = "hf://ORG/NAME[@REVISION], https://huggingface.co/ORG/NAME or https://huggingface.co/ORG/NAME/tree/REVISION"
 
 
@@ -74,13 +76,22 @@ def is_hub_address(path: str) -> bool:
     return path.startswith(HUB_PREFIX) or _host(path) is not None
 
 
+def hub_author(address: str) -> str | None:
+    """The user or organization ``hf://ORG`` names (every model of it is checked), or None for any other address.
+    Its name is checked where the models are listed, as huggingface_hub checks a repository id's."""
+    match = _AUTHOR.fullmatch(address) if address.startswith(HUB_PREFIX) else None
+    return None if match is None else match["author"]
+
+
 def parse_hub_address(address: str) -> HubAddress:
     """The repository and revision ``address`` names, or a one-line :class:`CheckpointError` saying which forms
     are understood. The repository id is not validated here: huggingface_hub's rules are, once it is imported."""
     if address.startswith(HUB_PREFIX):
         match = _ADDRESS.fullmatch(address)
         if match is None:
-            raise CheckpointError(address, "not a Hub address; the form is hf://ORG/NAME or hf://ORG/NAME@REVISION")
+            raise CheckpointError(
+                address, "not a Hub address; the forms are hf://ORG/NAME, hf://ORG/NAME@REVISION and hf://ORG"
+            )
         return _checked(HubAddress(match["repo"], match["revision"], address))
     host = _host(address)
     if host is None or host not in _hub_hosts():

@@ -4,6 +4,13 @@ the way a hostile server would.
 - ``GET /api/models/ORG/NAME`` and ``/api/models/ORG/NAME/revision/REV``:
   model info, with ``sha`` (the revision's commit) and ``siblings``
   listing the repository's files.
+- ``GET /api/models?author=ORG``: the models of a user or an organization,
+  ``page`` at a time, each page's ``Link`` header naming the next
+  (``rel="next"``, with a ``cursor``), as the Hub pages ``list_models``;
+  ``listing`` makes it answer as a hostile server would: ``elsewhere`` (the
+  next page on another host), ``not-a-list``, ``other-author`` (a model of
+  another author listed), ``endless`` (a next page forever, each naming the
+  same models).
 - ``GET /ORG/NAME/resolve/REV/FILE``: the file, where REV is a revision or
   a commit; range requests answered 206 with ``Content-Range``, as the
   Hub's storage does. Large files (``.safetensors``) are redirected (302) to
@@ -76,7 +83,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 __all__ = [
     "MISBEHAVIOURS",
@@ -230,9 +237,12 @@ def client_environment(endpoint: str, folder: Path, token: str | None = None) ->
 
 
 @contextmanager
-def serve_hub(repositories: dict[str, HubRepository], latency: float = 0.0) -> Iterator[tuple[str, ServedBytes]]:
+def serve_hub(
+    repositories: dict[str, HubRepository], latency: float = 0.0, *, page: int = 1000, listing: str | None = None
+) -> Iterator[tuple[str, ServedBytes]]:
     """Serve ``repositories`` (by ``ORG/NAME``) until the block ends, each reply ``latency`` seconds after its
-    request; yield the endpoint and the byte count."""
+    request, an author's models ``page`` at a time (``listing``: how a hostile server lists them); yield the endpoint
+    and the byte count."""
     served = ServedBytes()
     tried: set[tuple[str, str | None]] = set()
     """Each request (path and Range) seen: a ``-once`` misbehaviour fails only its first try."""
@@ -269,7 +279,9 @@ def serve_hub(repositories: dict[str, HubRepository], latency: float = 0.0) -> I
                 headers = {"Content-Encoding": "gzip", "X-Error-Code": "RepoNotFound", "X-Error-Message": message}
                 self._send(404, _error_bomb(), headers)
                 return
-            if match := _MODEL_INFO.fullmatch(path):
+            if path == "/api/models":
+                self._list_models(parse_qs(self.path.partition("?")[2]))
+            elif match := _MODEL_INFO.fullmatch(path):
                 self._model_info(match["repo"], unquote(match["revision"] or "main"))
             elif match := _RESOLVE.fullmatch(path):
                 self._resolve(match["repo"], unquote(match["revision"]), unquote(match["file"]), redirect=True)
@@ -325,6 +337,24 @@ def serve_hub(repositories: dict[str, HubRepository], latency: float = 0.0) -> I
                 self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
                 return None
             return folder
+
+        def _list_models(self, query: dict[str, list[str]]) -> None:
+            author = query.get("author", [""])[0]
+            start = int(query.get("cursor", ["0"])[0])
+            listed = sorted(name for name, repository in repositories.items() if name.split("/")[0] == author)
+            listed = [name for name in listed if repositories[name].token is None]  # a private one is not listed
+            shown = listed[start : start + page]
+            if listing == "other-author":
+                shown = [*shown, "someone-else/model"]
+            body: object = [{"_id": commit_of(Path(name))[:24], "id": name, "modelId": name} for name in shown]
+            if listing == "not-a-list":
+                body = {"models": body}
+            headers = {"Content-Type": "application/json"}
+            host = "http://127.0.0.2:9" if listing == "elsewhere" else f"http://127.0.0.1:{self.server.server_port}"
+            following = start if listing == "endless" else start + page
+            if listing in ("elsewhere", "endless") or following < len(listed):
+                headers["Link"] = f'<{host}/api/models?author={quote(author)}&cursor={following}>; rel="next"'
+            self._send(200, json.dumps(body).encode(), headers)
 
         def _model_info(self, repo: str, revision: str) -> None:
             folder = self._folder(repo, revision)

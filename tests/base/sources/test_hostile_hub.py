@@ -371,3 +371,23 @@ def test_a_server_that_trickles_its_reply_ends_the_request_at_its_deadline(tmp_p
     repository = HubRepository({"main": clean_checkpoint(tmp_path / "ckpt")}, misbehave=misbehave)
     line = one_line(hub_check(tmp_path, repository, HF_HUB_DOWNLOAD_TIMEOUT="1")[0])
     assert line.startswith("scalar-scales: error: hf://org/model/") and "took over 6 s to reply" in line
+
+
+@pytest.mark.parametrize(
+    ("listing", "problem"),
+    [
+        ("elsewhere", "the Hub's listing names its next page on another host: 'http://127.0.0.2:9/api/models?"),
+        ("not-a-list", "the Hub's listing of models is not a list of models, each with an id"),
+        ("other-author", "the Hub's listing of org's models names 'someone-else/model'"),
+        ("endless", "the Hub's listing names a model twice"),
+    ],
+)
+def test_a_hostile_listing_of_an_authors_models_is_one_line_and_nothing_is_checked(tmp_path, listing, problem):
+    checkpoint = make_checkpoint(tmp_path / "ckpt")
+    repositories = {"org/a": HubRepository({"main": checkpoint}), "org/b": HubRepository({"main": checkpoint})}
+    with serve_hub(repositories, page=1, listing=listing) as (endpoint, served):
+        result = run_cli("check", "hf://org", env=client_environment(endpoint, tmp_path))
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.startswith(f"scalar-scales: error: hf://org: {problem}")
+    assert result.stderr.count("\n") == 1
+    assert not any(path.startswith("/org/") for path, _ in served.requests)  # no model was read

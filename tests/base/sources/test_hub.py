@@ -132,10 +132,10 @@ def test_a_server_that_ignores_ranges_is_refused_without_reading_the_file(tmp_pa
     assert served.file_bytes - small < 0.1 * shard.stat().st_size
 
 
-def test_an_address_that_is_not_org_slash_name_is_refused(tmp_path):
-    result = run_cli("check", "hf://just-a-name")
+def test_an_address_that_is_neither_org_slash_name_nor_org_is_refused(tmp_path):
+    result = run_cli("check", "hf://org/name/extra")
     assert result.returncode == 2
-    assert "the form is hf://ORG/NAME or hf://ORG/NAME@REVISION" in result.stderr
+    assert "the forms are hf://ORG/NAME, hf://ORG/NAME@REVISION and hf://ORG" in result.stderr
 
 
 def test_the_fix_a_remote_check_prints_is_migrate_on_a_local_copy(tmp_path):
@@ -171,3 +171,28 @@ def test_a_repository_of_one_model_safetensors_and_no_index_is_checked_as_the_lo
     local, remote, _ = check_both(checkpoint, tmp_path)
     assert remote.returncode == local.returncode != 2, remote.stderr
     assert comparable(remote) == comparable(local) != []
+
+
+def test_hf_org_checks_every_model_the_hub_lists_of_it_page_after_page(tmp_path):
+    legacy, migrated = make_checkpoint(tmp_path / "legacy"), make_checkpoint(tmp_path / "migrated")
+    run_cli_in_process("migrate", migrated)
+    repositories = {
+        "org/legacy": HubRepository({"main": legacy}),
+        "org/migrated": HubRepository({"main": migrated}),
+        "other/model": HubRepository({"main": legacy}),
+    }
+    with serve_hub(repositories, page=1) as (endpoint, served):
+        result = run_cli("check", "hf://org", "--json", env=client_environment(endpoint, tmp_path))
+    assert [document["summary"]["checkpoint"] for document in json.loads(result.stdout)] == [
+        "hf://org/legacy",
+        "hf://org/migrated",
+    ]
+    assert served.count("/api/models") == 2  # a page a model: the second asked for by the first's Link header
+    assert result.returncode == 0, result.stderr
+
+
+def test_an_author_the_hub_lists_no_model_of_is_refused_in_one_line(tmp_path):
+    with serve_hub({}) as (endpoint, _):
+        result = run_cli("check", "hf://nobody", env=client_environment(endpoint, tmp_path))
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == "scalar-scales: error: hf://nobody: the Hub lists no model of nobody\n"
