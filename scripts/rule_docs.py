@@ -5,11 +5,12 @@ README.md and docs/check.md give, and the output formats they list.
     python scripts/rule_docs.py --check  # write nothing; exit 1 naming each file that differs
 
 docs/rules.md is every rule's reference (``scalar-scales rule --all`` prints it), from
-``scalar_scales.doctor.catalogue.RULES``. README.md gives the number of rules; docs/check.md's example reports
-give the number a check of a compressed-tensors checkpoint with its config applies (every rule about that
-layout). docs/check.md's table of output formats, and the formats its usage and README.md name, are made from
-``scalar_scales.doctor.report.FORMATS``. The test command checks each (tests/base/doctor/test_rules.py,
-test_documented_report.py, test_output_formats.py) and fails where one is stale; it does not write them.
+``scalar_scales.doctor.catalogue.RULES``. README.md gives the number of rules; the example reports of
+docs/check.md and README.md give the number a check of a compressed-tensors checkpoint with its config applies
+(every rule about that layout). docs/check.md's table of output formats, and the formats its usage and README.md
+name, are made from ``scalar_scales.doctor.report.FORMATS``. The test command checks each
+(tests/base/doctor/test_rules.py, test_documented_report.py, test_output_formats.py, tests/base/test_readme.py)
+and fails where one is stale; it does not write them.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ def generated() -> dict[Path, str]:
     about_compressed_tensors = sum(rule.is_about(COMPRESSED_TENSORS_LAYOUT) for rule in RULES.values())
     readme, check = ROOT / "README.md", ROOT / "docs" / "check.md"
     readme_text = re.sub(r"(?<=doctor: )\d+(?= rules)", str(len(RULES)), readme.read_text())
+    readme_text = re.sub(r"(?<=no finding from )\d+(?= rules)", str(about_compressed_tensors), readme_text)
     others = "|".join(name for name in OUTPUT_FORMATS if name != DEFAULT_FORMAT)
     check_text = re.sub(r"(?<=no finding from )\d+(?= rules)", str(about_compressed_tensors), check.read_text())
     check_text = FORMATS_TABLE.sub(lambda match: match[1] + formats_table() + match[2], check_text)
