@@ -231,7 +231,7 @@ def summary(report: CheckReport) -> str:
     if not report.checked and not report.findings and (report.nvfp4_modules or scan.scale_count):
         line = (
             f"Nothing checked: no rule selected applies to this checkpoint ({_declared_text(report)}); "
-            "docs/rules.md says what each needs."
+            f"scalar-scales rule {' '.join(rule.code for rule in report.diagnosis.rules)} says what each is applied to."
         )
     elif not report.checked and not report.findings:
         line = (

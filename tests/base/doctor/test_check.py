@@ -503,6 +503,16 @@ def test_a_selection_no_rule_of_applies_to_the_checkpoint_is_nothing_checked(cle
     assert result.stdout.splitlines()[-1].startswith("Nothing checked: no rule selected applies to this checkpoint")
 
 
+def test_nothing_checked_names_the_command_that_says_what_each_rule_selected_is_applied_to(clean, tmp_path):
+    lone = tmp_path / "model.safetensors"
+    shutil.copy(shards(clean)[0], lone)
+    last = run_cli_in_process("check", lone, "--select", "NV601,NV602").stdout.splitlines()[-1]
+    command = last.rpartition("; ")[2].removesuffix(" says what each is applied to.")
+    assert command == "scalar-scales rule NV601 NV602"
+    reference = run_cli_in_process(*command.split()[1:]).stdout
+    assert reference.count("Applied only to a checkpoint with NVFP4 tensors") == 2
+
+
 def test_a_model_class_in_the_targets_leaves_the_class_rules_unapplied_and_says_so(clean):
     config = json.loads((clean / "config.json").read_text())
     config["quantization_config"]["config_groups"]["group_0"]["targets"] = ["Linear", "Qwen3MoeTopKRouter"]
