@@ -16,10 +16,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from scalar_scales.doctor.report import json_format, sarif, text
 from scalar_scales.doctor.report.github import emit as emit_github
+from scalar_scales.doctor.report.json_format import emit as emit_json
+from scalar_scales.doctor.report.json_format import emit_several as emit_json_several
 from scalar_scales.doctor.report.json_text import Writer
 from scalar_scales.doctor.report.model import CheckReport, Context
+from scalar_scales.doctor.report.sarif import emit as emit_sarif
+from scalar_scales.doctor.report.sarif import emit_several as emit_sarif_several
+from scalar_scales.doctor.report.text import emit as emit_text
+from scalar_scales.doctor.report.text import emit_several as emit_text_several
 
 __all__ = [
     "DEFAULT_FORMAT",
@@ -70,7 +75,7 @@ FORMATS: dict[str, OutputFormat] = {
     for row in (
         OutputFormat(
             "text",
-            text.emit,
+            emit_text,
             "a report for people",
             "Output",
             {
@@ -79,11 +84,11 @@ FORMATS: dict[str, OutputFormat] = {
                 "--quiet": "the findings only: no heading, no summary line",
                 "--statistics": "a count per rule, then the summary line",
             },
-            (text.emit_several, "each report, then a line for each checkpoint: its summary"),
+            (emit_text_several, "each report, then a line for each checkpoint: its summary"),
         ),
         OutputFormat(
             "json",
-            json_format.emit,
+            emit_json,
             "a versioned document",
             "JSON",
             {
@@ -91,7 +96,7 @@ FORMATS: dict[str, OutputFormat] = {
                 "--show-all": "(always every finding)",
                 "--statistics": "a list: a count per rule",
             },
-            (json_format.emit_several, "an array of the documents"),
+            (emit_json_several, "an array of the documents"),
         ),
         OutputFormat(
             "github",
@@ -103,11 +108,11 @@ FORMATS: dict[str, OutputFormat] = {
         ),
         OutputFormat(
             "sarif",
-            sarif.emit,
+            emit_sarif,
             "SARIF 2.1.0, for code scanning",
             "SARIF",
             {"--show-all": "(always every finding, counted)"},
-            (sarif.emit_several, "a run for each checkpoint"),
+            (emit_sarif_several, "a run for each checkpoint"),
         ),
     )
 }
