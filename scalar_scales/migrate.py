@@ -5,7 +5,9 @@ what makes the rest safe:
 
 1. Take the checkpoint's lock (:mod:`scalar_scales.system.lock`), on the
    real folder that holds its shards, so two runs meet however the
-   checkpoint is spelled (the folder, a file in it, a link).
+   checkpoint is spelled (the folder, a file in it, a link). A file that is
+   a shard of the checkpoint in its folder is refused: config.json's marker
+   speaks for every shard, so shards are migrated together.
 2. Read and validate every shard and plan every header edit in memory, and
    config.json's marker edit (``config_marker``); check each planned
    header; check every file can be written and the file system has room for
@@ -54,7 +56,7 @@ from scalar_scales.files.header import file_identity
 from scalar_scales.files.header_edit import HeaderEdit, Layout, plan_header_edit
 from scalar_scales.nvfp4 import LEGACY_FORMAT_VERSION, MODELOPT, NVFP4_FORMAT, SCALAR_FORMAT_VERSION, Producer
 from scalar_scales.scan import CheckpointScan, scan_shards
-from scalar_scales.sources.local import Checkpoint, open_local, resolve_checkpoint
+from scalar_scales.sources.local import Checkpoint, open_local, refuse_a_shard, resolve_checkpoint
 from scalar_scales.system.fileops import copy_range, no_follow, removal_forbidden, unkeepable, write_at
 from scalar_scales.system.lock import FolderLocked, folder_lock
 
@@ -63,6 +65,10 @@ __all__ = ["MigrationReport", "checkpoint_lock", "migrate_checkpoint"]
 Progress = Callable[[int, int], None]
 WRITERS = 8
 """Shards written at once, at most."""
+MARKER_SPEAKS_FOR_EVERY_SHARD = (
+    "changes a checkpoint's shards together, so that config.json's format_version stays true of every one"
+)
+"""Why a shard is not migrated alone (:func:`~scalar_scales.sources.local.refuse_a_shard`)."""
 
 
 @dataclass
@@ -165,6 +171,7 @@ def migrate_checkpoint(
     interrupt never lands between the marker's write and the report of it."""
     checkpoint = resolve_checkpoint(path)
     with checkpoint_lock(checkpoint):
+        refuse_a_shard(checkpoint, "migrate", MARKER_SPEAKS_FOR_EVERY_SHARD)
         scan = scan_shards(open_local(checkpoint), include=include, read_values=False)
         report = _plan(checkpoint, scan, to, include, dry_run)
         if not report.changed:

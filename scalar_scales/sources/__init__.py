@@ -28,6 +28,7 @@ from scalar_scales.sources.local import (
     open_local,
     read_config,
     read_headers,
+    refuse_a_shard,
     resolve_checkpoint,
 )
 
@@ -55,6 +56,7 @@ __all__ = [
     "open_local",
     "read_config",
     "read_headers",
+    "refuse_a_shard",
     "resolve_checkpoint",
     "shard_name",
     "shard_names",
@@ -64,7 +66,11 @@ __all__ = [
 
 def open_checkpoint(path: str | os.PathLike[str]) -> OpenedCheckpoint:
     """A local checkpoint (a folder or a ``.safetensors`` file), or a Hub repository (``hf://ORG/NAME[@REVISION]``,
-    or its page's ``https://`` address)."""
+    or its page's ``https://`` address), for ``check``. A file that is a shard of the checkpoint in its folder is
+    refused (:func:`refuse_a_shard`): judged alone, without its config, it passed where its folder's check found
+    the very same tensors wrong."""
     if isinstance(path, str) and is_hub_address(path):
         return open_hub_checkpoint(path)
-    return open_local(path)
+    checkpoint = resolve_checkpoint(path)
+    refuse_a_shard(checkpoint, "check", "judges a checkpoint's shards together, with its config and index")
+    return open_local(checkpoint)

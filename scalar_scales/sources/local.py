@@ -20,6 +20,8 @@ from scalar_scales.files.header import (
 )
 from scalar_scales.files.json_document import read_json_object
 from scalar_scales.files.scalars import read_scalars
+from scalar_scales.shell import command as shell_command
+from scalar_scales.shell import path_argument
 from scalar_scales.sources.checkpoint import (
     CONFIG_NAME,
     INDEX_NAME,
@@ -28,6 +30,7 @@ from scalar_scales.sources.checkpoint import (
     ScaleSelector,
     ShardRead,
     shard_names,
+    weight_map_of,
 )
 from scalar_scales.sources.declaration import MODELOPT_CONFIG_NAME
 
@@ -38,6 +41,7 @@ __all__ = [
     "open_local",
     "read_config",
     "read_headers",
+    "refuse_a_shard",
     "resolve_checkpoint",
 ]
 
@@ -115,6 +119,33 @@ def resolve_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
         for name in (CONFIG_NAME, MODELOPT_CONFIG_NAME)
     )
     return Checkpoint(root, Path(os.path.realpath(root)), config, modelopt_config)
+
+
+def refuse_a_shard(checkpoint: Checkpoint, command: str, because: str) -> None:
+    """Refuse a ``.safetensors`` file a user named that is a shard of the checkpoint in its folder, in one line that
+    gives ``scalar-scales COMMAND FOLDER``, since ``command`` takes a checkpoint's shards together ``because``. A
+    shard taken alone was judged without its config, and migrated without its marker, which then spoke falsely of
+    it. It is a shard where the folder's index names it or, in a folder without an index, where the folder holds
+    config.json; a file the index does not name (``consolidated.safetensors``) is no shard of it. A folder, or a
+    lone file, passes."""
+    if checkpoint.file is None:
+        return
+    folder = checkpoint.root.parent
+    if _kind(folder / INDEX_NAME) != "missing":
+        index = folder / INDEX_NAME
+        _, names = weight_map_of(read_json_object(_regular(index)), index)
+        if checkpoint.root.name not in names:
+            return
+        why = f"its {INDEX_NAME} names it"
+    elif _kind(folder / CONFIG_NAME) != "missing":
+        why = f"its folder holds {CONFIG_NAME}"
+    else:
+        return
+    raise CheckpointError(
+        checkpoint.root,
+        f"is a shard of the checkpoint {folder} ({why}); {command} {because}: "
+        f"{shell_command('scalar-scales', command, path_argument(folder))}",
+    )
 
 
 _REPOSITORY_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]*[A-Za-z0-9_]", re.ASCII)

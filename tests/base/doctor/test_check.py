@@ -468,3 +468,28 @@ def test_a_shard_that_is_still_a_git_lfs_pointer_is_refused_in_one_line_saying_t
     result = run_cli_in_process("check", clean)
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr == f"scalar-scales: error: {shard}: a Git LFS pointer, not the file: run git lfs pull\n"
+
+
+def test_a_shard_of_a_checkpoint_is_refused_in_one_line_giving_the_folder_s_check(clean):
+    """Checked alone, without its config, a shard passed where its folder's check found the same tensors wrong
+    (a (1,) scale under format_version 2: NV102)."""
+    shard = shards(clean)[0]
+    result = run_cli_in_process("check", shard)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"scalar-scales: error: {shard}: is a shard of the checkpoint {clean} (its model.safetensors.index.json names "
+        f"it); check judges a checkpoint's shards together, with its config and index: scalar-scales check {clean}"
+    ]
+
+
+def test_a_file_that_is_no_checkpoint_s_shard_is_checked_alone(clean):
+    extra = clean / "consolidated.safetensors"
+    shutil.copy(shards(clean)[0], extra)
+    assert run_cli_in_process("check", extra).returncode == 0
+
+
+def test_a_file_beside_a_config_json_without_an_index_is_refused_as_its_checkpoint_s_shard(clean):
+    (clean / INDEX_NAME).unlink()
+    result = run_cli_in_process("check", shards(clean)[0])
+    assert result.returncode == 2
+    assert "(its folder holds config.json)" in result.stderr

@@ -120,16 +120,6 @@ def test_a_folder_with_one_model_safetensors(tmp_path):
     assert format_version(checkpoint) == 2
 
 
-def test_a_single_file_is_migrated_and_no_config_is_touched(checkpoint):
-    shard = shards(checkpoint)[0]
-    config = (checkpoint / "config.json").read_bytes()
-    result = run_cli_in_process("migrate", shard)
-    assert result.returncode == 0
-    assert "no config.json to update" in result.stdout
-    assert scale_shapes(shard) == {()}
-    assert (checkpoint / "config.json").read_bytes() == config
-
-
 def make_fp8_like(checkpoint):
     """Another format with per-tensor (1,) scales: rename the global scales and declare float-quantized."""
     for shard in shards(checkpoint):
