@@ -69,6 +69,7 @@ def json_document(report: CheckReport, *, with_scales: bool = False) -> dict[str
         "summary": {
             "checkpoint": report.name,
             "commit": report.commit,
+            "changed_locally": list(report.changed_locally),
             "shards": len(scan.shards),
             "producer": None if scan.declared is None else scan.declared.producer,
             "format": None if scan.declared is None else scan.declared.format_name,

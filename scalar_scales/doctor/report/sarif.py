@@ -101,6 +101,7 @@ def sarif_document(report: CheckReport) -> dict[str, Any]:
         "properties": {
             "checkpoint": report.name,
             "commit": report.commit,
+            "changedLocally": list(report.changed_locally),
             "summary": summary(report),
             "findings": len(report.reported),
             "counts": dict(report.counts),

@@ -93,7 +93,8 @@ def heading(report: CheckReport) -> str:
         marker = "no format_version" if version is None else f"format_version {version}"
         what = f"{declared.format_name or 'no format'}, {marker}"
     legacy, kv = scan.legacy_count, scan.kv_scale_count
-    commit = f" (commit {report.commit})" if report.commit else ""
+    changed = "; the cached snapshot was changed locally" if report.changed_locally else ""
+    commit = f" (commit {report.commit}{changed})" if report.commit else ""
     return (
         f"{report.name}{commit}: {counted(len(scan.shards), 'shard')}, {what}, {_scales_text(scan)} "
         f"({legacy} (1,), {scan.scale_count - legacy} 0-D)" + (f", {counted(kv, 'KV-cache scale')}" if kv else "")
@@ -133,7 +134,8 @@ def checked_line(report: CheckReport) -> str:
 
 def summary(report: CheckReport) -> str:
     """The last line: what was found (by severity, then by rule), or that nothing was, or nothing checked; the
-    engines observed not to load it; the bytes fetched from a Hub repository."""
+    engines observed not to load it; the bytes fetched from a Hub repository; a cached snapshot changed locally
+    (every format says this line, so each says that too)."""
     scan = report.diagnosis.scan
     if not report.checked and not report.reported and (report.nvfp4_modules or scan.scale_count):
         line = (
@@ -162,6 +164,8 @@ def summary(report: CheckReport) -> str:
         fetched, total = report.fetched.bytes_fetched, report.fetched.bytes_total
         share = 100 * fetched / total if total else 0.0
         line += f" Fetched {fetched} of the files' {total} bytes ({share:.3g}%)."
+    if report.local_changes is not None:
+        line += f" {report.local_changes}"
     return line
 
 
