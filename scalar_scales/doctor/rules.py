@@ -149,6 +149,12 @@ class Rule:
     def __post_init__(self) -> None:
         object.__setattr__(self, "explanation", inspect.cleandoc(self.explanation))
 
+    @property
+    def fixable(self) -> bool:
+        """One command (``scalar-scales migrate``) makes every finding of the rule go away: ``--statistics``'s
+        ``[*]``, as ruff marks what ``--fix`` fixes."""
+        return isinstance(self.fix, Command)
+
     def effect_for(self, layout: ProducerLayout | None) -> Effect:
         """What vLLM was seen to do with a checkpoint of ``layout`` that has the finding."""
         return self.effect if layout is None else self.elsewhere.get(layout.producer, self.effect)

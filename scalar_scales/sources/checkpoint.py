@@ -119,6 +119,10 @@ class OpenedCheckpoint:
     modelopt_config: dict[str, Any] | None = None
     commit: str | None = None
     hub: HubAddress | None = None
+    changed_locally: tuple[str, ...] = ()
+    """Offline, the files of the cached snapshot that are not links to the cache's blobs, as huggingface_hub caches
+    a commit's files: edited or put there on this machine (``migrate --materialize``), so they may not be the
+    commit's; a report that names the commit says so. Empty for local files and a check over the network."""
 
     @cached_property
     def declared(self) -> Declaration | None:

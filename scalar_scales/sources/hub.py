@@ -32,7 +32,9 @@ mode and cache, timeouts (``HF_HUB_ETAG_TIMEOUT`` for the model info,
 repository-id rules, redirects and progress bars behave as everywhere else
 it is used. It is imported only here, and only when a Hub address is
 checked. With ``HF_HUB_OFFLINE=1`` the snapshot in its cache is checked as a
-local folder, at the commit the cache's ``refs/`` name.
+local folder, at the commit the cache's ``refs/`` name, and its files that are
+not links to the cache's blobs are named as changed locally
+(:func:`_changed_locally`).
 
 Settings are checked before huggingface_hub is imported, as it reads them
 there and would fail with an exception, or take one for what it cannot be:
@@ -534,7 +536,35 @@ def _open_cached(hub: HubAddress) -> OpenedCheckpoint:
         raise CheckpointError(hub.given, f"huggingface_hub's cache cannot be read ({type(error).__name__})") from None
     if os.path.realpath(found) != os.path.realpath(snapshot):
         raise CheckpointError(hub.given, f"huggingface_hub finds its snapshot at {found}, not at {snapshot}")
-    return replace(open_local(snapshot), commit=commit, hub=hub)
+    changed = _changed_locally(hub, snapshot)
+    return replace(open_local(snapshot), commit=commit, hub=hub, changed_locally=changed)
+
+
+def _changed_locally(hub: HubAddress, snapshot: Path) -> tuple[str, ...]:
+    """The names of the snapshot's files that are not links to the repository's blobs, in name order.
+
+    huggingface_hub caches each file of a commit as a blob named by its
+    content's hash, and the snapshot links to it; ``migrate --materialize``
+    replaces a link with an edited file of its own, which is no longer the
+    commit's file, though the snapshot still bears the commit's name. A file
+    of its own is found by what it is (not a link into ``blobs/``), without
+    reading it: a blob edited in place through its link is not found (its
+    hash is its name, and only reading it whole would tell). Where the file
+    system holds no links (Windows without Developer Mode), huggingface_hub
+    writes files of their own too, and each is named: what the check read
+    cannot be told to be the commit's there either.
+    """
+    blobs = os.path.realpath(snapshot.parent.parent / "blobs")
+    try:
+        with os.scandir(snapshot) as listing:
+            entries = sorted(listing, key=lambda entry: entry.name)
+    except OSError as error:
+        raise CheckpointError(hub.given, f"the cached snapshot {snapshot} cannot be read: {error.strerror}") from None
+    return tuple(
+        entry.name
+        for entry in entries
+        if entry.is_file() and not (entry.is_symlink() and os.path.dirname(os.path.realpath(entry.path)) == blobs)
+    )
 
 
 def _cached_snapshot(hub: HubAddress) -> tuple[Path, str]:

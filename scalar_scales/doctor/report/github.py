@@ -98,7 +98,8 @@ def github_lines(report: CheckReport, *, show_all: bool = False, summarised: boo
         for refusal in report.diagnosis.refusals
     ]
     if notice:
-        title = escape_property(f"{report.name} at commit {report.commit}")
+        changed = ", changed locally" if report.changed_locally else ""
+        title = escape_property(f"{report.name} at commit {report.commit}{changed}")
         lines.append(f"::notice title={title}::{escape_data(summary(report))}")
     lines.append(summary(report))
     return lines

@@ -89,7 +89,7 @@ def statistics_document(report: CheckReport) -> list[dict[str, Any]]:
     name, count, and whether one command (``migrate``) fixes its findings."""
     groups = sorted(report.by_rule, key=lambda group: (-len(group.findings), group.rule.code))
     return [
-        {"code": g.rule.code, "name": g.rule.name, "count": len(g.findings), "fixable": g.rule.fix is not None}
+        {"code": g.rule.code, "name": g.rule.name, "count": len(g.findings), "fixable": g.rule.fixable}
         for g in groups
     ]
 
@@ -110,6 +110,7 @@ def json_document(report: CheckReport, *, with_scales: bool = False) -> dict[str
         "summary": {
             "checkpoint": report.name,
             "commit": report.commit,
+            "changed_locally": list(report.changed_locally),
             "shards": len(scan.shards),
             "producer": None if scan.declared is None else scan.declared.producer,
             "format": None if scan.declared is None else scan.declared.format_name,

@@ -179,6 +179,24 @@ class CheckReport:
         return self.diagnosis.scan.opened.commit
 
     @property
+    def changed_locally(self) -> tuple[str, ...]:
+        """Offline, the cached snapshot's files that are not the commit's blobs (:attr:`~scalar_scales.sources.
+        OpenedCheckpoint.changed_locally`): what was checked may not be the commit the report names."""
+        return self.diagnosis.scan.opened.changed_locally
+
+    @property
+    def local_changes(self) -> str | None:
+        """The sentence every format says where the cached snapshot was changed locally; None where it was not."""
+        changed = self.changed_locally
+        if not changed:
+            return None
+        are = "is not a link" if len(changed) == 1 else "are not links"
+        return (
+            f"The cached snapshot was changed locally: {', '.join(changed)} {are} to the cache's blobs, as "
+            f"huggingface_hub caches a commit's files, so what was checked may differ from commit {self.commit}."
+        )
+
+    @property
     def hub(self) -> HubAddress | None:
         """The Hub repository checked (None for local files), as the address parsed once where it was opened, so
         that no format parses the checkpoint's name again."""

@@ -119,6 +119,7 @@ def sarif_document(report: CheckReport) -> dict[str, Any]:
         "properties": {
             "checkpoint": report.name,
             "commit": report.commit,
+            "changedLocally": list(report.changed_locally),
             "summary": summary(report),
             "findings": len(report.findings),
             "counts": dict(report.counts),

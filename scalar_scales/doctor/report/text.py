@@ -132,7 +132,7 @@ def statistics_lines(report: CheckReport) -> list[str]:
     code_width = max(len(group.rule.code) for group in groups)
     return [
         f"{len(group.findings):>{count_width}}\t{group.rule.code:<{code_width}}\t"
-        f"{'[*] ' if group.rule.fix else ''}{group.rule.name}"
+        f"{'[*] ' if group.rule.fixable else ''}{group.rule.name}"
         for group in groups
     ]
 
@@ -185,7 +185,8 @@ def heading(report: CheckReport) -> str:
         marker = "no format_version" if version is None else f"format_version {version}"
         what = f"{declared.format_name or 'no format'}, {marker}"
     legacy, kv = scan.legacy_count, scan.kv_scale_count
-    commit = f" (commit {report.commit})" if report.commit else ""
+    changed = "; the cached snapshot was changed locally" if report.changed_locally else ""
+    commit = f" (commit {report.commit}{changed})" if report.commit else ""
     return (
         f"{report.name}{commit}: {counted(len(scan.shards), 'shard')}, {what}, {_scales_text(scan)} "
         f"({legacy} (1,), {scan.scale_count - legacy} 0-D)" + (f", {counted(kv, 'KV-cache scale')}" if kv else "")
@@ -226,7 +227,8 @@ def checked_line(report: CheckReport) -> str:
 def summary(report: CheckReport) -> str:
     """The last line: what was found (by severity, then by rule), or that nothing was, or nothing checked; how
     many findings a configuration file's ``per-module-ignores`` dropped; the engines observed not to load it; the
-    bytes fetched from a Hub repository."""
+    bytes fetched from a Hub repository; a cached snapshot changed locally (every format says this line, so each
+    says that too)."""
     scan = report.diagnosis.scan
     if not report.checked and not report.findings and (report.nvfp4_modules or scan.scale_count):
         line = (
@@ -257,6 +259,8 @@ def summary(report: CheckReport) -> str:
         fetched, total = report.fetched.bytes_fetched, report.fetched.bytes_total
         share = 100 * fetched / total if total else 0.0
         line += f" Fetched {fetched} of the files' {total} bytes ({share:.3g}%)."
+    if report.local_changes is not None:
+        line += f" {report.local_changes}"
     return line
 
 

@@ -407,6 +407,7 @@ def test_json_has_findings_and_a_summary(checkpoint):
     assert document["summary"] == {
         "checkpoint": str(checkpoint),
         "commit": None,
+        "changed_locally": [],
         "shards": 3,
         "producer": "compressed-tensors",
         "format": "nvfp4-pack-quantized",

@@ -47,11 +47,18 @@ def test_rule_as_json_is_one_object_of_the_rule_s_data():
     data = json.loads(result.stdout)
     rule = RULES["NV101"]
     assert (result.returncode, data["code"], data["name"], data["severity"]) == (0, "NV101", rule.name, "warning")
-    assert (data["explanation"], data["fix"], data["effect"]) == (
+    assert (data["explanation"], data["fix"], data["fixable"], data["effect"]) == (
         rule.explanation,
         "scalar-scales migrate",
+        True,
         rule.effect,
     )
+
+
+def test_a_rule_whose_fix_is_said_in_words_is_not_marked_fixable():
+    data = json.loads(run_cli_in_process("rule", "NV607", "--output-format", "json").stdout)
+    assert (data["fix"], data["fixable"]) == (RULES["NV607"].fix, False)
+    assert isinstance(data["fix"], str)
 
 
 def test_the_json_keys_are_those_docs_check_md_lists():

@@ -50,9 +50,14 @@ def test_scalar_scales_toml_wins_over_a_pyproject_in_the_same_folder(checkpoint)
     assert run_cli_in_process("check", checkpoint).returncode == 0
 
 
-def test_a_file_s_search_starts_at_a_shard_s_folder(checkpoint):
-    write(checkpoint / "scalar-scales.toml", "strict = true\n")
-    assert run_cli_in_process("check", checkpoint / "model-00001-of-00003.safetensors").returncode == 1
+def test_a_file_s_search_starts_at_the_file_s_folder(checkpoint, tmp_path):
+    """A lone ``.safetensors`` file (no checkpoint's shard, which is checked with its folder) finds the file beside
+    it."""
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    (lone / "model.safetensors").write_bytes((checkpoint / "model-00001-of-00003.safetensors").read_bytes())
+    write(lone / "scalar-scales.toml", "strict = true\n")
+    assert run_cli_in_process("check", lone / "model.safetensors").returncode == 1
 
 
 def test_the_command_line_s_select_replaces_the_file_s_selection(checkpoint):

@@ -320,6 +320,81 @@ def test_offline_a_snapshot_that_is_not_the_repositorys_own_is_refused_in_one_li
     assert result.stdout == ""
 
 
+def materialized_snapshot(tmp_path: Path) -> str:
+    """A legacy checkpoint cached as ``hf download`` caches it, then migrated in the cache with ``--materialize``:
+    its shards and config.json are files of their own, edited, where the commit's blobs were linked; its index is
+    still a link. Returns the commit."""
+    commit = cache_snapshot(tmp_path / "cache", "org/model", make_checkpoint(tmp_path / "ckpt"))
+    snapshot = repository_in(tmp_path / "cache") / "snapshots" / commit
+    assert run_cli_in_process("migrate", "--materialize", snapshot).returncode == 0
+    return commit
+
+
+CHANGED = (
+    "config.json, model-00001-of-00003.safetensors, model-00002-of-00003.safetensors, model-00003-of-00003.safetensors"
+)
+
+
+def test_offline_a_snapshot_changed_locally_is_said_so_in_the_text_heading_and_summary(tmp_path):
+    """As found: after `migrate --materialize` in the cache, the check reported the snapshot as the commit and found
+    it clean, though its files were no longer the commit's blobs."""
+    commit = materialized_snapshot(tmp_path)
+    lines = run_cli("check", "hf://org/model", env=offline_environment(tmp_path)).stdout.splitlines()
+    assert lines[0].startswith(f"hf://org/model (commit {commit}; the cached snapshot was changed locally): ")
+    assert lines[-1].endswith(
+        f" The cached snapshot was changed locally: {CHANGED} are not links to the cache's blobs, as huggingface_hub "
+        f"caches a commit's files, so what was checked may differ from commit {commit}."
+    )
+
+
+def test_offline_quiet_s_summary_line_says_the_snapshot_was_changed_locally(tmp_path):
+    materialized_snapshot(tmp_path)
+    result = run_cli("check", "hf://org/model", "--quiet", env=offline_environment(tmp_path))
+    (line,) = result.stdout.splitlines()
+    assert f" The cached snapshot was changed locally: {CHANGED} are not links" in line
+
+
+def test_offline_json_lists_the_snapshot_s_files_changed_locally(tmp_path):
+    materialized_snapshot(tmp_path)
+    document = json.loads(run_cli("check", "hf://org/model", "--json", env=offline_environment(tmp_path)).stdout)
+    assert document["summary"]["changed_locally"] == CHANGED.split(", ")
+
+
+def test_offline_the_github_notice_of_the_commit_says_the_snapshot_was_changed_locally(tmp_path):
+    commit = materialized_snapshot(tmp_path)
+    lines = run_cli("check", "hf://org/model", "--output-format", "github", env=offline_environment(tmp_path))
+    (notice,) = (line for line in lines.stdout.splitlines() if line.startswith("::notice "))
+    assert notice.startswith(f"::notice title=hf%3A//org/model at commit {commit}%2C changed locally::")
+    assert "The cached snapshot was changed locally: " in notice
+
+
+def test_offline_sarif_s_run_lists_the_snapshot_s_files_changed_locally(tmp_path):
+    materialized_snapshot(tmp_path)
+    log = json.loads(
+        run_cli("check", "hf://org/model", "--output-format", "sarif", env=offline_environment(tmp_path)).stdout
+    )
+    (run,) = log["runs"]
+    assert run["properties"]["changedLocally"] == CHANGED.split(", ")
+    assert "The cached snapshot was changed locally: " in run["properties"]["summary"]
+
+
+def test_offline_a_snapshot_of_links_to_its_blobs_lists_nothing_changed_locally(tmp_path):
+    cache_snapshot(tmp_path / "cache", "org/model", clean_checkpoint(tmp_path / "ckpt"))
+    document = json.loads(run_cli("check", "hf://org/model", "--json", env=offline_environment(tmp_path)).stdout)
+    assert document["summary"]["changed_locally"] == []
+
+
+def test_offline_a_blob_edited_in_place_through_its_link_is_not_found(tmp_path):
+    """What docs/check.md says the check cannot tell without reading every file whole."""
+    commit = cache_snapshot(tmp_path / "cache", "org/model", make_checkpoint(tmp_path / "ckpt"))
+    snapshot = repository_in(tmp_path / "cache") / "snapshots" / commit
+    for linked in shards(snapshot):
+        blob = linked.resolve()
+        blob.write_bytes(blob.read_bytes().replace(b'"shape":[1]', b'"shape":[ ]', 1))  # as migrate edits in place
+    document = json.loads(run_cli("check", "hf://org/model", "--json", env=offline_environment(tmp_path)).stdout)
+    assert document["summary"]["changed_locally"] == []
+
+
 def test_offline_a_cache_setting_that_names_a_file_is_refused_naming_it(tmp_path):
     """As found: ``HF_HUB_CACHE`` naming a file was "holds no snapshot of it", as if the cache were empty."""
     cache = make_checkpoint(tmp_path / "ckpt") / "config.json"
