@@ -89,8 +89,7 @@ def statistics_document(report: CheckReport) -> list[dict[str, Any]]:
     name, count, and whether one command (``migrate``) fixes its findings."""
     groups = sorted(report.by_rule, key=lambda group: (-len(group.findings), group.rule.code))
     return [
-        {"code": g.rule.code, "name": g.rule.name, "count": len(g.findings), "fixable": g.rule.fixable}
-        for g in groups
+        {"code": g.rule.code, "name": g.rule.name, "count": len(g.findings), "fixable": g.rule.fixable} for g in groups
     ]
 
 
