@@ -258,9 +258,20 @@ def test_a_sarif_file_that_cannot_be_written_fails_the_step(runner):
     result = check(runner, path="unwritten", **{"sarif-file": "no-such-folder/out.sarif"})
     assert (result.returncode, result.stderr) == (
         2,
-        "scalar-scales: error: sarif-file: no-such-folder/out.sarif cannot be written\n",
+        "scalar-scales: error: no-such-folder: cannot create a file in this folder: No such file or directory\n",
     )
     assert "sarif-file" not in check_outputs(runner) and check_outputs(runner)["exit-code"] == "2"
+
+
+def test_a_sarif_file_that_is_a_link_is_replaced_not_written_through(runner):
+    make_checkpoint(runner["workspace"] / "linked")
+    target = runner["workspace"] / "elsewhere.txt"
+    target.write_text("kept\n")
+    (runner["workspace"] / "out.sarif").symlink_to(target)
+    result = check(runner, path="linked", **{"sarif-file": "out.sarif"})
+    assert result.returncode == 0, result.stderr
+    assert target.read_text() == "kept\n"
+    assert json.loads((runner["workspace"] / "out.sarif").read_text())["version"] == "2.1.0"
 
 
 def test_a_sarif_file_with_a_line_break_is_refused_before_it_could_forge_an_output(runner):
