@@ -11,7 +11,7 @@ named error, not a silently dropped scale. ``SGLANG_PLUGINS`` set to a list
 without ``scalar_scales`` turns it off.
 """
 
-from sglang_patch.loaders import SUPPORTED, FusedScalesDifferError
+from sglang_patch.declared import SUPPORTED, FusedScalesDifferError
 from sglang_patch.plugin import ENTRY_POINT, LOADER_MODULE, apply, is_applied, register, revert
 
 __all__ = [

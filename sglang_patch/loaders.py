@@ -27,48 +27,20 @@ So the patch does two things:
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Callable, Iterable, Iterator
-from importlib import metadata
 from typing import Any
 
 import torch
 
 from scalar_scales.nvfp4 import is_global_scale
 from scalar_scales.patching import Patch, PatchSet
+from sglang_patch.declared import LOGGER, SUPPORTED, FusedScalesDifferError, sglang_version
 
-__all__ = [
-    "LOADER_PATCHES",
-    "LOGGER",
-    "SUPPORTED",
-    "FusedScalesDifferError",
-    "announce_at_first_load",
-    "sglang_version",
-]
-
-SUPPORTED = {"sglang": ">=0.5.23,<0.5.24"}
-"""The patch set's declaration (``scalar_scales.patching``): SGLang 0.5.23, the release the patch was written for
-and is tested on, and its post-releases. Any other is refused with nothing patched, unless
-``SCALAR_SCALES_ALLOW_UNTESTED_UPSTREAM=1`` asks to try anyway (with one warning); inside it, a loader function
-missing or taking other parameters is refused too. Supporting a new release is one change here."""
-LOGGER = logging.getLogger("sglang.scalar_scales")
-"""Under ``sglang``: SGLang's logging configuration covers it."""
+__all__ = ["LOADER_PATCHES", "announce_at_first_load"]
 
 _FUSED = "fused_qkv_a_proj_with_mqa"
 _PARTS = ("q_a_proj", "kv_a_proj_with_mqa")
 """The fused layer, and the checkpoint's layers SGLang fuses into it, in the order it concatenates them."""
-
-
-class FusedScalesDifferError(ValueError):
-    """The global scales of layers SGLang fuses into one differ, so no one value is right for the fused layer."""
-
-
-@functools.cache
-def sglang_version() -> str:
-    try:
-        return metadata.version("sglang")
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def _warn(message: str) -> None:
