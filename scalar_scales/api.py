@@ -16,9 +16,11 @@ from dataclasses import replace
 
 from scalar_scales.doctor import CheckReport, diagnose, selected_codes
 from scalar_scales.doctor.settings import ModuleIgnores
+from scalar_scales.errors import CheckpointError
 from scalar_scales.files.header_edit import Layout
 from scalar_scales.migration import MigrationReport, migrate_checkpoint
 from scalar_scales.sources import OpenedCheckpoint, open_checkpoint
+from scalar_scales.sources.hub_address import hub_author
 
 __all__ = ["check", "check_opened", "migrate"]
 
@@ -39,9 +41,10 @@ def check(
     ``--ignore`` do; ``include`` globs name more per-tensor scales (``--include``).
     """
     codes = selected_codes(_listed(select), _listed(ignore))
-    return check_opened(
-        open_checkpoint(path), codes=codes, include=_listed(include), strict=strict, exit_zero=exit_zero
-    )
+    if isinstance(path, str) and hub_author(path) is not None:
+        raise CheckpointError(path, "check takes one checkpoint; hf://ORG, every model of an author, is the command's")
+    opened = open_checkpoint(path)
+    return check_opened(opened, codes=codes, include=_listed(include), strict=strict, exit_zero=exit_zero)
 
 
 def check_opened(

@@ -411,7 +411,10 @@ def _emit_report(reports: list[CheckReport], output_format: str, context: Contex
 
 def _render(out: Writer, reports: list[CheckReport], output_format: str, context: Context, *, several: bool) -> None:
     """One checkpoint's report as its format's ``emit`` writes it; the reports of a check of several paths as its
-    renderer of several does (even where one was refused and one is left)."""
+    renderer of several does (even where one was refused and one is left); nothing where no checkpoint was
+    checked."""
+    if not reports:
+        return
     row = FORMATS[output_format]
     if several and row.several is not None:
         row.several[0](out, reports, context)
@@ -432,45 +435,60 @@ def _emit_lines(lines: list[str]) -> None:
     _emit("\n".join(map(escaped, lines)))
 
 
+MAX_SARIF_RUNS = 20
+"""The most runs GitHub code scanning takes in one SARIF file: a check of more checkpoints is refused in SARIF."""
+
+
 def _check(args: argparse.Namespace) -> int:
     if args.json and args.output_format not in (None, "json"):
         args.parser.error(
             f"--json is --output-format json; it cannot be given with --output-format {args.output_format}"
         )
-    paths, refused = _expanded(args.paths)
-    if not paths:  # every path an author whose listing was refused, each said in its line
-        return REFUSED
-    settings = {path: _settings(args, path) for path in dict.fromkeys(paths)}
+    given = list(dict.fromkeys(args.paths))  # a path given twice is checked once
+    several = len(given) > 1 or any(map(hub_author, given))
+    settings, refused = _settings_of(args, given, several=several)
     if args.show_settings:
+        if args.output_file is not None or args.silent:
+            option = "--silent" if args.silent else "--output-file"
+            args.parser.error(f"--show-settings prints the settings; it cannot be given with {option}")
         _emit_lines([line for path, each in settings.items() for line in (f"Settings for {path}:", *each.lines())])
-        return 0
-    output_format = _one_output_format(args, settings)
+        return REFUSED if refused else 0
+    if not settings:  # every path's configuration file refused, each in its line
+        return REFUSED
+    output_format, named = _one_output_format(args, settings)
     for option in PRINTING_OPTIONS:
-        given = getattr(args, option.removeprefix("--").replace("-", "_"))
-        if given and output_format not in (formats := FORMATS_TAKING[option]):
+        given_option = getattr(args, option.removeprefix("--").replace("-", "_"))
+        if given_option and output_format not in (formats := FORMATS_TAKING[option]):
             args.parser.error(
-                f"{option} is for --output-format {' or '.join(formats)}; it cannot be given with --output-format "
-                f"{output_format}"
+                f"{option} is for --output-format {' or '.join(formats)}; it cannot be given with {named}"
             )
     if args.color == "always" and output_format != "text":
-        args.parser.error(f"--color always colours the text; it cannot be given with --output-format {output_format}")
+        args.parser.error(f"--color always colours the text; it cannot be given with {named}")
     if args.statistics and (args.list or args.show_all):
         args.parser.error(
             "--statistics prints a count per rule instead of the findings; it cannot be given with "
             f"{'--list' if args.list else '--show-all'}"
         )
-    several = len(args.paths) > 1 or len(paths) != len(args.paths) or any(map(hub_author, args.paths))
     if several and FORMATS[output_format].several is None:
         args.parser.error(
-            f"--output-format {output_format} reports one checkpoint a run (GitHub shows 10 annotations of a level "
-            "in a step); check each checkpoint in a run of its own"
+            f"{named} reports one checkpoint a run (GitHub shows 10 annotations of a level in a step); check each "
+            "checkpoint in a run of its own"
         )
     if args.output_file is not None:
         _check_writable(args.output_file)
+    paths, listing_refused = _expanded(list(settings))  # the Hub is asked only once the command line is right
+    refused = refused or listing_refused
+    if several and output_format == "sarif" and len(paths) > MAX_SARIF_RUNS:
+        raise CheckpointError(
+            "--output-format sarif",
+            f"GitHub code scanning takes at most {MAX_SARIF_RUNS} runs in a SARIF file, and {len(paths)} checkpoints "
+            "were given: check fewer at a time",
+        )
+    text_out = output_format == "text" and args.output_file is None
     reports: list[CheckReport] = []
-    for path in paths:
+    for path, origin in paths.items():
         try:
-            report = _check_one(args, path, settings[path])
+            report = _check_one(args, path, settings[origin], said_on_stdout=text_out)
         except CheckpointError as exc:
             if not several:
                 raise
@@ -479,34 +497,50 @@ def _check(args: argparse.Namespace) -> int:
             continue
         if report is not None:
             reports.append(report)
-    if reports:
-        width = min(WIDTH, shutil.get_terminal_size((WIDTH, 24)).columns)
-        context = Context(
-            show_all=args.show_all,
-            with_scales=args.list,
-            quiet=args.quiet,
-            statistics=args.statistics,
-            colour=output_format == "text" and _colour(args.color, to_file=args.output_file is not None),
-            width=width,
-        )
-        if args.output_file is not None:
-            _write_report(args.output_file, reports, output_format, context, several=several)
-        elif not args.silent:
-            _emit_report(reports, output_format, context, several=several)
+    width = min(WIDTH, shutil.get_terminal_size((WIDTH, 24)).columns)
+    context = Context(
+        show_all=args.show_all,
+        with_scales=args.list,
+        quiet=args.quiet,
+        statistics=args.statistics,
+        colour=output_format == "text" and _colour(args.color, to_file=args.output_file is not None),
+        width=width,
+    )
+    if args.output_file is not None:  # replaced even where nothing was checked: an old report never stays
+        _write_report(args.output_file, reports, output_format, context, several=several)
+    elif reports and not args.silent:
+        _emit_report(reports, output_format, context, several=several)
     if args.own_process:
         _NOT_FREED.append(reports)
     return REFUSED if refused else max((report.exit_code for report in reports), default=0)
 
 
-def _expanded(paths: list[str]) -> tuple[list[str], bool]:
-    """The paths to check: each as given, but ``hf://ORG``, which is each model the Hub lists of that user or
-    organization (``hf://ORG/NAME``); and whether a listing was refused (its line said), where others are given."""
-    found: list[str] = []
+def _settings_of(args: argparse.Namespace, paths: list[str], *, several: bool) -> tuple[dict[str, Settings], bool]:
+    """Each path's settings (:func:`_settings`); and whether a path's configuration file was refused, in its one
+    line, where several are checked (its path is then not checked, the others are)."""
+    found: dict[str, Settings] = {}
+    refused = False
+    for path in paths:
+        try:
+            found[path] = _settings(args, path)
+        except ConfigError as exc:
+            if not several:
+                raise
+            _say_error(str(exc))
+            refused = True
+    return found, refused
+
+
+def _expanded(paths: list[str]) -> tuple[dict[str, str], bool]:
+    """The paths to check, each with the path given that it comes from: each as given, but ``hf://ORG``, which is
+    each model the Hub lists of that user or organization (``hf://ORG/NAME``), each once; and whether a listing was
+    refused (its line said), where other paths are given."""
+    found: dict[str, str] = {}
     refused = False
     for path in paths:
         author = hub_author(path)
         if author is None:
-            found.append(path)
+            found.setdefault(path, path)
             continue
         from scalar_scales.sources.hub import author_models  # the Hub's client, only where a check reads the Hub
 
@@ -520,13 +554,15 @@ def _expanded(paths: list[str]) -> tuple[list[str], bool]:
             _say_error(str(exc))
             refused = True
             continue
-        found += listed
+        for model in listed:
+            found.setdefault(model, path)
     return found, refused
 
 
-def _check_one(args: argparse.Namespace, path: str, settings: Settings) -> CheckReport | None:
-    """One checkpoint's report; None for a staged folder whose staged changes touch none of its files (said in a
-    line, but with ``--quiet`` or ``--silent``)."""
+def _check_one(args: argparse.Namespace, path: str, settings: Settings, *, said_on_stdout: bool) -> CheckReport | None:
+    """One checkpoint's report; None for a staged folder whose staged changes touch none of its files, which a
+    line says (on stdout in the text output, else on stderr, so that a document or a file holds nothing else), but
+    with ``--quiet`` or ``--silent``."""
     if args.staged:
         from scalar_scales.sources.staged import open_staged  # git's reader, which a check of a folder never needs
 
@@ -535,7 +571,12 @@ def _check_one(args: argparse.Namespace, path: str, settings: Settings) -> Check
         opened = open_checkpoint(path)
     if opened is None:
         if not (args.quiet or args.silent):
-            _emit_lines([f"{path}: nothing to check: the staged changes touch none of its files"])
+            line = escaped(f"{path}: nothing to check: the staged changes touch none of its files")
+            if said_on_stdout:
+                _emit(line)
+            else:
+                with suppress(OSError):
+                    print(line, file=sys.stderr, flush=True)
         return None
     return check_opened(
         opened,
@@ -547,16 +588,18 @@ def _check_one(args: argparse.Namespace, path: str, settings: Settings) -> Check
     )
 
 
-def _one_output_format(args: argparse.Namespace, settings: dict[str, Settings]) -> str:
+def _one_output_format(args: argparse.Namespace, settings: dict[str, Settings]) -> tuple[str, str]:
     """The output format of a check of every path given: the command line's, else their configuration files'
-    (which then must agree, since one output holds every report)."""
+    (which then must agree, since one output holds every report); and how a refusal names it (the option given,
+    or the file's setting)."""
     formats = dict.fromkeys(each.output_format for each in settings.values())
     if len(formats) > 1:
         args.parser.error(
             f"the configuration files of the paths given set several output formats ({', '.join(formats)}); "
             "name one with --output-format"
         )
-    return next(iter(formats))
+    first = next(iter(settings.values()))
+    return first.output_format, first.output_format_named
 
 
 def _colour(when: str, *, to_file: bool) -> bool:

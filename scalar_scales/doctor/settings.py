@@ -192,6 +192,8 @@ def _codes(value: object, refuse: Any) -> list[str]:
     """A list of rule codes or prefixes, each naming a rule."""
     if not isinstance(value, list) or not all(isinstance(entry, str) for entry in value):
         raise refuse(f'must be a list of rule codes (["NV1", "NV301"]), not {value!r}')
+    if not value:  # an empty list would select every rule, or ignore none: never what it looks like
+        raise refuse('names no rule: give at least one code (["NV1"]), or leave the key out')
     try:
         codes_matching(value)
     except ValueError as exc:
@@ -228,6 +230,14 @@ class Settings:
     strict_from: str
     output_format: str
     output_format_from: str
+
+    @property
+    def output_format_named(self) -> str:
+        """The output format as a refusal names it: the option, where the command line gave it or nothing did; else
+        the file's setting, with the file (a user who gave no option is not told they did)."""
+        if self.output_format_from in (COMMAND_LINE, DEFAULT):
+            return f"--output-format {self.output_format}"
+        return f"output-format {self.output_format} ({self.output_format_from})"
 
     def lines(self) -> list[str]:
         """The settings, one a line: ``key: value (from)``, after the file read."""

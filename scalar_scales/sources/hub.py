@@ -767,11 +767,22 @@ def _listed_ids(body: bytes, address: str, author: str) -> list[str]:
     ):
         raise CheckpointError(address, "the Hub's listing of models is not a list of models, each with an id")
     ids = [item["id"] for item in page]
-    if stranger := next(
-        (repo_id for repo_id in ids if repo_id.split("/")[0] != author or repo_id.count("/") != 1), None
-    ):
+    if stranger := next((repo_id for repo_id in ids if not _of_author(repo_id, author)), None):
         raise CheckpointError(address, f"the Hub's listing of {author}'s models names {_shown(stranger)}")
     return ids
+
+
+def _of_author(repo_id: str, author: str) -> bool:
+    """``repo_id`` is a repository id huggingface_hub accepts (no revision, no path), of ``author`` (whose name an
+    account's differs from only in case)."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError:
+        return False
+    owner, slash, _ = repo_id.partition("/")
+    return bool(slash) and owner.lower() == author.lower()
 
 
 def _with_subfolder_hint(error: CheckpointError, hub: HubAddress) -> CheckpointError:

@@ -9,7 +9,8 @@ the way a hostile server would.
   (``rel="next"``, with a ``cursor``), as the Hub pages ``list_models``;
   ``listing`` makes it answer as a hostile server would: ``elsewhere`` (the
   next page on another host), ``not-a-list``, ``other-author`` (a model of
-  another author listed), ``endless`` (a next page forever, each naming the
+  another author listed), ``bad-id`` (a model named with a revision,
+  ``ORG/NAME@main``), ``endless`` (a next page forever, each naming the
   same models).
 - ``GET /ORG/NAME/resolve/REV/FILE``: the file, where REV is a revision or
   a commit; range requests answered 206 with ``Content-Range``, as the
@@ -346,6 +347,8 @@ def serve_hub(
             shown = listed[start : start + page]
             if listing == "other-author":
                 shown = [*shown, "someone-else/model"]
+            elif listing == "bad-id":
+                shown = [*shown, f"{author}/model@main"]
             body: object = [{"_id": commit_of(Path(name))[:24], "id": name, "modelId": name} for name in shown]
             if listing == "not-a-list":
                 body = {"models": body}

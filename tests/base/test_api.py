@@ -48,6 +48,11 @@ def test_check_of_a_missing_checkpoint_raises_the_commands_one_line(tmp_path):
         scalar_scales.check(tmp_path / "absent")
 
 
+def test_check_of_an_author_says_the_library_checks_one_checkpoint():
+    with pytest.raises(scalar_scales.CheckpointError, match="check takes one checkpoint"):
+        scalar_scales.check("hf://nvidia")
+
+
 def test_migrate_dry_run_says_what_would_change_and_changes_nothing(checkpoint):
     before = snapshot(checkpoint)
     report = scalar_scales.migrate(checkpoint, dry_run=True)

@@ -102,7 +102,7 @@ def test_an_unknown_command_like_no_other_is_refused_naming_the_commands():
 
 
 def test_an_extra_argument_is_refused():
-    assert "unrecognized argument 'Y'" in refusal("check", "X", "Y")
+    assert "unrecognized argument 'Y'" in refusal("migrate", "X", "Y")
 
 
 # The test kit's in-process runner, which most tests of what the command decides use: what a process gives.

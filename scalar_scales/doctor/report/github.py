@@ -50,6 +50,7 @@ from scalar_scales.errors import escaped
 __all__ = [
     "ANNOTATIONS_PER_LEVEL",
     "LEVELS",
+    "SUMMARY_CELL",
     "SUMMARY_ROWS",
     "annotation",
     "emit",
@@ -179,8 +180,8 @@ def step_summary(report: CheckReport) -> str:
         ]
         for pair in files[:rows]:
             first = pair.findings[0].tensor
-            tensor = "(the checkpoint as a whole)" if first is None else _markdown(first)
-            lines.append(f"| {_markdown(_shown_file(report, pair.file))} | {len(pair.findings)} | {tensor} |")
+            tensor = "(the checkpoint as a whole)" if first is None else _cell(first)
+            lines.append(f"| {_cell(_shown_file(report, pair.file))} | {len(pair.findings)} | {tensor} |")
         if rest := files[rows:]:
             count = sum(len(pair.findings) for pair in rest)
             lines.append(f"| {counted(len(rest), 'more file')} | {count} | |")
@@ -216,6 +217,17 @@ def _shown_file(report: CheckReport, file: str) -> str:
 
 
 _MARKUP = re.compile(r"([\\`*_\[\]|~])")
+
+
+SUMMARY_CELL = 200
+"""The most characters of a name a cell of the step summary shows (then ``…``): with :data:`SUMMARY_ROWS` rows, the
+summary stays under the 1 MiB GitHub takes, however long a hostile checkpoint's names are."""
+
+
+def _cell(text: str) -> str:
+    """``text`` as Markdown (:func:`_markdown`) in a table cell, at most :data:`SUMMARY_CELL` characters."""
+    shown = _markdown(text)
+    return shown if len(shown) <= SUMMARY_CELL else shown[: SUMMARY_CELL - 1].rstrip("\\") + "…"
 
 
 def _markdown(text: str) -> str:

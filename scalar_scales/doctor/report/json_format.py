@@ -76,10 +76,11 @@ def emit(out: Writer, report: CheckReport, context: Context) -> None:
 
 
 def emit_several(out: Writer, reports: Sequence[CheckReport], context: Context) -> None:
-    """Several checkpoints' documents (or ``--statistics`` lists) as one JSON array, in the order given: one
-    document a JSON reader parses whole, each item the document :func:`emit` writes for that checkpoint."""
+    """Several checkpoints' documents as one JSON array, in the order given: one document a JSON reader parses
+    whole, each item the document :func:`emit` writes for that checkpoint; with ``--statistics``, each item the
+    checkpoint's name and its counts."""
     if context.statistics:
-        write(out, [statistics_document(report) for report in reports])
+        write(out, [{"checkpoint": report.name, "statistics": statistics_document(report)} for report in reports])
     else:
         write(out, [in_a_list(json_document(report, with_scales=context.with_scales)) for report in reports])
 

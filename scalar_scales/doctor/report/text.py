@@ -75,11 +75,14 @@ def emit(out: Writer, report: CheckReport, context: Context) -> None:
 
 
 def emit_several(out: Writer, reports: Sequence[CheckReport], context: Context) -> None:
-    """Each checkpoint's report as :func:`emit` writes it, a blank line between, then (but with ``--quiet``) a line
-    for each: its name and its summary line, so that a check of many ends saying how each one ended."""
+    """Each checkpoint's report as :func:`emit` writes it, a blank line between (``--statistics``' counts after a
+    line naming the checkpoint, which they do not), then (but with ``--quiet``) a line for each: its name and its
+    summary line, so that a check of many ends saying how each one ended."""
     for k, report in enumerate(reports):
         if k:
             out.write("\n")
+        if context.statistics:
+            out.write(escaped(f"{report.name}:") + "\n")
         emit(out, report, context)
     if not context.quiet:
         lines = [f"Checked {counted(len(reports), 'checkpoint')}:"]

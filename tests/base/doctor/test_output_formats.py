@@ -397,6 +397,16 @@ def test_the_step_summary_shows_a_hostile_name_as_text_not_markup(checkpoint):
     assert row.count(" | ") == 2  # three cells, as every row
 
 
+def test_the_step_summary_cuts_a_long_name_to_its_cell_s_bound(checkpoint):
+    module = "model.layers.0.mlp.experts.0.gate_proj."
+    renamed(checkpoint, module, module.replace(".gate_proj", "<" * 5000 + ".gate_proj"))
+    summary_file = checkpoint.parent / "summary.md"
+    check_in(checkpoint.parent, "ckpt", "--output-format", "github", env={"GITHUB_STEP_SUMMARY": str(summary_file)})
+    (row,) = [line for line in summary_file.read_text().splitlines() if "&lt;" in line]
+    tensor = row.rstrip(" |").rpartition(" | ")[2]
+    assert (len(tensor), tensor[-1]) == (github_format.SUMMARY_CELL, "…")
+
+
 def test_a_step_summary_that_cannot_be_written_is_one_line_on_stderr_and_changes_no_exit_code(broken, tmp_path):
     checkpoint, _ = broken
     unwritable = tmp_path / "a-folder"

@@ -236,3 +236,11 @@ def test_a_check_without_a_configuration_file_never_imports_tomllib(checkpoint):
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.stdout == "0 False\n", result.stderr
+
+
+@pytest.mark.parametrize("key", ["select", "ignore"])
+def test_an_empty_list_of_codes_is_refused_since_it_would_select_every_rule_or_ignore_none(checkpoint, key):
+    write(checkpoint.parent / "scalar-scales.toml", f"{key} = []\n")
+    result = run_cli_in_process("check", checkpoint)
+    assert result.returncode == 2
+    assert f"{key}: names no rule" in result.stderr

@@ -63,7 +63,11 @@ def test_sarif_of_several_is_one_log_with_each_checkpoints_run(folders):
         json.loads(run_cli_in_process("check", name, "--output-format", "sarif", cwd=folders).stdout)
         for name in ("legacy", "migrated")
     ]
-    assert several == {**alone[0], "runs": alone[0]["runs"] + alone[1]["runs"]}
+    runs = [
+        {**log["runs"][0], "automationDetails": {"id": f"scalar-scales/{name}/"}}
+        for log, name in zip(alone, ("legacy", "migrated"), strict=True)
+    ]
+    assert several == {**alone[0], "runs": runs}
 
 
 def test_github_annotations_are_refused_for_several_since_a_step_shows_ten_of_a_level(folders):
@@ -83,3 +87,59 @@ def test_each_checkpoint_is_judged_by_its_own_configuration_file(folders, tmp_pa
     (tmp_path / "legacy" / "scalar-scales.toml").write_text('ignore = ["NV101"]\n')
     document = json.loads(run_cli_in_process("check", "legacy", "other", "--json", cwd=tmp_path).stdout)
     assert [each["summary"]["counts"] for each in document] == [{}, {"NV101": 48}]
+
+
+def test_each_sarif_run_has_its_checkpoints_own_category(folders):
+    log = json.loads(run_cli_in_process("check", "legacy", "migrated", "--output-format", "sarif", cwd=folders).stdout)
+    assert [run["automationDetails"]["id"] for run in log["runs"]] == [
+        "scalar-scales/legacy/",
+        "scalar-scales/migrated/",
+    ]
+
+
+def test_statistics_of_several_name_each_checkpoint(folders):
+    document = json.loads(
+        run_cli_in_process("check", "legacy", "migrated", "--json", "--statistics", cwd=folders).stdout
+    )
+    assert [(each["checkpoint"], len(each["statistics"])) for each in document] == [("legacy", 1), ("migrated", 0)]
+    text = run_cli_in_process("check", "legacy", "migrated", "--statistics", "-q", cwd=folders).stdout
+    assert text == "legacy:\n48\tNV101\t[*] legacy-scale-shape\n\nmigrated:\n"
+
+
+def test_a_path_given_twice_is_checked_once(folders):
+    assert (
+        run_cli_in_process("check", "legacy", "legacy", cwd=folders).stdout
+        == run_cli_in_process("check", "legacy", cwd=folders).stdout
+    )
+
+
+def test_a_path_whose_configuration_file_is_refused_is_refused_and_the_others_are_checked(tmp_path):
+    for name in ("good", "bad"):
+        make_checkpoint(tmp_path / name)
+    (tmp_path / "bad" / "scalar-scales.toml").write_text('strict = "yes"\n')
+    result = run_cli_in_process("check", "bad", "good", "--json", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"scalar-scales: error: {tmp_path / 'bad' / 'scalar-scales.toml'}: ")
+    assert [each["summary"]["checkpoint"] for each in json.loads(result.stdout)] == ["good"]
+
+
+def test_where_no_checkpoint_is_checked_the_output_file_is_emptied_not_left_as_it_was(folders, tmp_path):
+    out = tmp_path / "report.json"
+    out.write_text("an old report\n")
+    result = run_cli_in_process("check", "absent", "also-absent", "--json", "-o", out, cwd=folders)
+    assert (result.returncode, result.stdout, out.read_text()) == (2, "", "")
+
+
+def test_a_usage_refusal_names_the_configuration_file_that_set_the_format_not_an_option_never_given(tmp_path):
+    make_checkpoint(tmp_path / "ckpt")
+    (tmp_path / "scalar-scales.toml").write_text('output-format = "github"\n')
+    result = run_cli_in_process("check", "ckpt", "-q", cwd=tmp_path)
+    assert result.returncode == 2
+    assert f"cannot be given with output-format github ({tmp_path / 'scalar-scales.toml'})" in result.stderr
+
+
+def test_show_settings_is_refused_with_an_output_file(folders, tmp_path):
+    result = run_cli_in_process("check", "legacy", "--show-settings", "-o", tmp_path / "s.txt", cwd=folders)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert "--show-settings prints the settings; it cannot be given with --output-file" in result.stderr
+    assert not (tmp_path / "s.txt").exists()

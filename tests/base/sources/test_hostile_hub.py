@@ -379,6 +379,7 @@ def test_a_server_that_trickles_its_reply_ends_the_request_at_its_deadline(tmp_p
         ("elsewhere", "the Hub's listing names its next page on another host: 'http://127.0.0.2:9/api/models?"),
         ("not-a-list", "the Hub's listing of models is not a list of models, each with an id"),
         ("other-author", "the Hub's listing of org's models names 'someone-else/model'"),
+        ("bad-id", "the Hub's listing of org's models names 'org/model@main'"),
         ("endless", "the Hub's listing names a model twice"),
     ],
 )

@@ -347,9 +347,9 @@ def test_offline_a_snapshot_changed_locally_is_said_so_in_the_text_heading_and_s
     )
 
 
-def test_offline_quiet_s_summary_line_says_the_snapshot_was_changed_locally(tmp_path):
+def test_offline_statistics_summary_line_says_the_snapshot_was_changed_locally(tmp_path):
     materialized_snapshot(tmp_path)
-    result = run_cli("check", "hf://org/model", "--quiet", env=offline_environment(tmp_path))
+    result = run_cli("check", "hf://org/model", "--statistics", env=offline_environment(tmp_path))
     (line,) = result.stdout.splitlines()
     assert f" The cached snapshot was changed locally: {CHANGED} are not links" in line
 

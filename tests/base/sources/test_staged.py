@@ -88,3 +88,12 @@ def test_a_file_in_a_merge_conflict_is_refused_naming_it(repository):
     assert result.stderr == (
         f"scalar-scales: error: {config}: has a merge conflict in git's staging area: resolve it, then git add it\n"
     )
+
+
+@pytest.mark.parametrize("output", [["--json"], ["--output-format", "sarif"]])
+def test_nothing_to_check_is_said_on_stderr_where_stdout_holds_a_document(repository, output):
+    (repository / "README.md").write_text("changed\n")
+    git(repository, "add", "README.md")
+    result = run_cli_in_process("check", "--staged", *output, repository)
+    assert (result.returncode, result.stdout) == (0, "")
+    assert result.stderr == f"{repository}: nothing to check: the staged changes touch none of its files\n"
