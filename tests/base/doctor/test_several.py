@@ -143,3 +143,15 @@ def test_show_settings_is_refused_with_an_output_file(folders, tmp_path):
     assert (result.returncode, result.stdout) == (2, "")
     assert "--show-settings prints the settings; it cannot be given with --output-file" in result.stderr
     assert not (tmp_path / "s.txt").exists()
+
+
+def test_sarif_of_more_checkpoints_than_github_takes_runs_in_a_file_is_refused(tmp_path):
+    names = [f"c{k}" for k in range(21)]
+    for name in names:
+        make_checkpoint(tmp_path / name, shards=1, experts=1, layers=1)
+    result = run_cli_in_process("check", *names, "--output-format", "sarif", cwd=tmp_path)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        "scalar-scales: error: --output-format sarif: GitHub code scanning takes at most 20 runs in a SARIF file, "
+        "and 21 checkpoints were given: check fewer at a time\n"
+    )
