@@ -40,7 +40,7 @@ def check(
     ``select`` and ``ignore`` take codes or prefixes (``"NV1"``, ``["NV101", "NV3"]``), as ``--select`` and
     ``--ignore`` do; ``include`` globs name more per-tensor scales (``--include``).
     """
-    codes = selected_codes(_listed(select), _listed(ignore))
+    codes = selected_codes(_listed(select), _listed(ignore), named=("select=", "extend_select=", "ignore="))
     if isinstance(path, str) and hub_author(path) is not None:
         raise CheckpointError(path, "check takes one checkpoint; hf://ORG, every model of an author, is the command's")
     opened = open_checkpoint(path)

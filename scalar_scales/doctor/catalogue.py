@@ -61,11 +61,13 @@ def selected_codes(
     *,
     extend_select: Iterable[str] = (),
     start: frozenset[str] | None = None,
+    named: tuple[str, str, str] = ("--select ", "--extend-select ", "--ignore "),
 ) -> frozenset[str]:
     """The codes ``--select``, ``--extend-select`` and ``--ignore`` leave: each entry is a code or a code prefix, as
     in ruff's options, and the selection is made as ruff layers its own: ``select`` replaces what came before,
     ``extend_select`` adds to it and ``ignore`` takes from it. ``start``: what came before (a configuration
-    file's selection, :mod:`.settings`); every rule where None.
+    file's selection, :mod:`.settings`); every rule where None. ``named``: how a refusal names the three, as the
+    caller's user gave them (the command's options, or the library's arguments).
 
     An entry that matches no rule is a :class:`ValueError` naming it: a typo
     must not silently switch a rule off. So is a selection that leaves no
@@ -77,8 +79,8 @@ def selected_codes(
     chosen -= _matching(ignored)
     if not chosen:
         given = " ".join(
-            f"{option} {','.join(entries)}"
-            for option, entries in (("--select", selected), ("--extend-select", extended), ("--ignore", ignored))
+            f"{option}{','.join(entries)}"
+            for option, entries in zip(named, (selected, extended, ignored), strict=True)
             if entries
         )
         raise ValueError(

@@ -43,6 +43,11 @@ def test_check_of_an_unknown_rule_raises_value_error_naming_it(checkpoint):
         scalar_scales.check(checkpoint, select="NV999")
 
 
+def test_a_selection_that_leaves_no_rule_is_named_as_the_library_was_called(checkpoint):
+    with pytest.raises(ValueError, match=r"^ignore=NV leaves no rule to apply"):
+        scalar_scales.check(checkpoint, ignore="NV")
+
+
 def test_check_of_a_missing_checkpoint_raises_the_commands_one_line(tmp_path):
     with pytest.raises(scalar_scales.CheckpointError, match="no such file or folder"):
         scalar_scales.check(tmp_path / "absent")
