@@ -109,10 +109,9 @@ def github_lines(report: CheckReport, *, show_all: bool = False, summarised: boo
 def _annotations(report: CheckReport, group: FileFindings, show_all: bool) -> list[str]:
     """The annotation of one rule's findings in one file; with ``show_all``, one per finding."""
     rule, file, findings = group
-    hub = report.hub
     # A Hub repository's file is no path in the workspace: its address starts the message instead
-    where = None if hub is None else f"{hub.canonical}/{report.in_repository(file)}"
-    path = file if hub is None else None
+    where = None if report.hub is None else _shown_file(report, file)
+    path = file if report.hub is None else None
     if show_all or len(findings) == 1:
         messages = [with_tensor(finding, finding.message) for finding in findings]
     else:
