@@ -69,6 +69,8 @@ class FetchCounter(Protocol):
 
 
 _RULE = attrgetter("rule")
+_RANK = {severity: i for i, severity in enumerate(SEVERITIES)}
+"""Each severity's place in a report: errors first."""
 
 
 class RuleFindings(NamedTuple):
@@ -120,8 +122,7 @@ class CheckReport:
                 grouped[rule.code].findings.extend(run)
             else:
                 grouped[rule.code] = RuleFindings(rule, list(run))
-        rank = {severity: i for i, severity in enumerate(SEVERITIES)}
-        return sorted(grouped.values(), key=lambda group: (rank[group.rule.severity], group.rule.code))
+        return sorted(grouped.values(), key=lambda group: (_RANK[group.rule.severity], group.rule.code))
 
     @cached_property
     def by_rule_and_file(self) -> list[FileFindings]:
@@ -135,10 +136,9 @@ class CheckReport:
             if (group := grouped.get(key)) is None:
                 group = grouped[key] = FileFindings(finding.rule, finding.file, [])
             group.findings.append(finding)
-        rank = {severity: i for i, severity in enumerate(SEVERITIES)}
         return sorted(
             grouped.values(),
-            key=lambda group: (rank[group.rule.severity], -len(group.findings), group.rule.code, group.file),
+            key=lambda group: (_RANK[group.rule.severity], -len(group.findings), group.rule.code, group.file),
         )
 
     @cached_property
