@@ -490,10 +490,7 @@ def _check(args: argparse.Namespace) -> int:
         try:
             report = _check_one(args, path, settings[origin], said_on_stdout=text_out)
         except CheckpointError as exc:
-            if not several:
-                raise
-            _say_error(str(exc))  # the others are still checked; the command then exits 2
-            refused = True
+            refused = _refused_alone(exc, several=several)
             continue
         if report is not None:
             reports.append(report)
@@ -515,6 +512,15 @@ def _check(args: argparse.Namespace) -> int:
     return REFUSED if refused else max((report.exit_code for report in reports), default=0)
 
 
+def _refused_alone(error: CheckpointError | ConfigError, *, several: bool) -> bool:
+    """A path's refusal: where several are checked, its one line, and the others are still checked (the command
+    then exits 2: this returns True); else the command's refusal, raised."""
+    if not several:
+        raise error
+    _say_error(str(error))
+    return True
+
+
 def _settings_of(args: argparse.Namespace, paths: list[str], *, several: bool) -> tuple[dict[str, Settings], bool]:
     """Each path's settings (:func:`_settings`); and whether a path's configuration file was refused, in its one
     line, where several are checked (its path is then not checked, the others are)."""
@@ -524,10 +530,7 @@ def _settings_of(args: argparse.Namespace, paths: list[str], *, several: bool) -
         try:
             found[path] = _settings(args, path)
         except ConfigError as exc:
-            if not several:
-                raise
-            _say_error(str(exc))
-            refused = True
+            refused = _refused_alone(exc, several=several)
     return found, refused
 
 
@@ -549,10 +552,7 @@ def _expanded(paths: list[str]) -> tuple[dict[str, str], bool]:
             if not listed:
                 raise CheckpointError(path, f"the Hub lists no model of {author}")
         except CheckpointError as exc:
-            if len(paths) == 1:
-                raise
-            _say_error(str(exc))
-            refused = True
+            refused = _refused_alone(exc, several=len(paths) > 1)
             continue
         for model in listed:
             found.setdefault(model, path)
