@@ -124,11 +124,8 @@ def find_config(start: str) -> FileSettings | None:
         if os.path.isfile(candidate):
             return read_config(candidate)
         candidate = os.path.join(folder, PYPROJECT)
-        if os.path.isfile(candidate):
-            document = _load(candidate)
-            tool = document.get("tool")
-            if isinstance(tool, dict) and TABLE in tool:
-                return _settings(candidate, tool[TABLE], f"tool.{TABLE}.")
+        if os.path.isfile(candidate) and (table := _tool_table(_load(candidate))) is not None:
+            return _settings(candidate, table, _TOOL_PREFIX)
         parent = os.path.dirname(folder)
         if parent == folder:
             return None
@@ -141,8 +138,19 @@ def read_config(path: str) -> FileSettings:
     document = _load(path)
     if os.path.basename(path) != PYPROJECT:
         return _settings(path, document, "")
+    table = _tool_table(document)
+    return _settings(path, {} if table is None else table, _TOOL_PREFIX)
+
+
+_TOOL_PREFIX = f"tool.{TABLE}."
+"""How a ``pyproject.toml`` names the table's keys in a refusal."""
+
+
+def _tool_table(document: dict[str, Any]) -> object:
+    """A ``pyproject.toml``'s ``[tool.scalar-scales]``, as it holds it (a table, or what :func:`_settings` refuses);
+    None where it has none."""
     tool = document.get("tool")
-    return _settings(path, tool.get(TABLE, {}) if isinstance(tool, dict) else {}, f"tool.{TABLE}.")
+    return tool.get(TABLE) if isinstance(tool, dict) else None
 
 
 def _load(path: str) -> dict[str, Any]:
