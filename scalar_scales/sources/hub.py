@@ -721,7 +721,7 @@ def author_models(address: str, author: str) -> list[str]:
         """The next page the last reply's ``Link`` header named."""
 
         def limit(response: Reply) -> int:
-            following[0] = _next_page(response.headers.get("Link"))
+            following[0] = response.links.get("next", {}).get("url")  # as huggingface_hub's paginate follows it
             return MAX_JSON_BYTES
 
         pages: set[str] = set()
@@ -744,16 +744,6 @@ def author_models(address: str, author: str) -> list[str]:
         return found
 
     return [HUB_PREFIX + repo_id for repo_id in run(listing, where=address)]
-
-
-def _next_page(link: str | None) -> str | None:
-    """The address of the next page a ``Link`` header names (``<URL>; rel="next"``), as huggingface_hub's
-    ``paginate`` follows it; None where it names none."""
-    for part in (link or "").split(","):
-        target, _, parameters = part.partition(";")
-        if re.search(r'\brel\s*=\s*"?next"?', parameters) and target.strip().startswith("<"):
-            return target.strip()[1:].partition(">")[0]
-    return None
 
 
 def _listed_ids(body: bytes, address: str, author: str) -> list[str]:

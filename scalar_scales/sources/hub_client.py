@@ -135,6 +135,12 @@ class Reply(Headed, Protocol):
     @property
     def status_code(self) -> int: ...
 
+    @property
+    def links(self) -> Mapping[str, Mapping[str, str]]:
+        """The ``Link`` header's links by their ``rel``, as the HTTP client parses them (``httpx.Response.links``,
+        which huggingface_hub's ``paginate`` follows)."""
+        ...
+
 
 class _Streamed(Reply, Protocol):
     """A reply whose body is read as it comes."""
