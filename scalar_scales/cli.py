@@ -39,6 +39,7 @@ import sys
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -208,6 +209,14 @@ def _build_parser() -> _Parser:
         help="write the report to FILE instead of standard output: a new file, or one that replaces FILE whole "
         "(a link is replaced, not written through)",
     )
+    for name in OUTPUT_FORMATS:
+        check.add_argument(
+            f"--{name}-output",
+            metavar="FILE",
+            help=f"also write the whole report as --output-format {name} writes it to FILE, from the same check "
+            "(as semgrep's --FORMAT-output), with --list and --show-all where it takes them, not --quiet or "
+            "--statistics; FILE is replaced as --output-file replaces it",
+        )
     check.add_argument("--include", action="append", default=[], metavar="GLOB", help="also these per-tensor scales")
     check.add_argument(
         "--staged",
@@ -469,16 +478,20 @@ def _check(args: argparse.Namespace) -> int:
             "--statistics prints a count per rule instead of the findings; it cannot be given with "
             f"{'--list' if args.list else '--show-all'}"
         )
-    if several and FORMATS[output_format].several is None:
-        args.parser.error(
-            f"{named} reports one checkpoint a run (GitHub shows 10 annotations of a level in a step); check each "
-            "checkpoint in a run of its own"
-        )
+    copies = _copies(args)
+    for name, shown in ((output_format, named), *((copy, f"--{copy}-output") for copy in copies)):
+        if several and FORMATS[name].several is None:
+            args.parser.error(
+                f"{shown} reports one checkpoint a run (GitHub shows 10 annotations of a level in a step); check "
+                "each checkpoint in a run of its own"
+            )
     if args.output_file is not None:
-        _check_writable(args.output_file)
+        _check_writable(args.output_file, "--output-file")
+    for name, file in copies.items():
+        _check_writable(file, f"--{name}-output")
     paths, listing_refused = _expanded(list(settings))  # the Hub is asked only once the command line is right
     refused = refused or listing_refused
-    if several and output_format == "sarif" and len(paths) > MAX_SARIF_RUNS:
+    if several and "sarif" in (output_format, *copies) and len(paths) > MAX_SARIF_RUNS:
         raise CheckpointError(
             "--output-format sarif",
             f"GitHub code scanning takes at most {MAX_SARIF_RUNS} runs in a SARIF file, and {len(paths)} checkpoints "
@@ -503,13 +516,41 @@ def _check(args: argparse.Namespace) -> int:
         colour=output_format == "text" and _colour(args.color, to_file=args.output_file is not None),
         width=width,
     )
-    if args.output_file is not None:  # replaced even where nothing was checked: an old report never stays
+    for name, file in copies.items():  # each replaced even where nothing was checked: an old report never stays
+        _write_report(file, reports, name, _taken_by(name, context), several=several)
+    if args.output_file is not None:
         _write_report(args.output_file, reports, output_format, context, several=several)
     elif reports and not args.silent:
         _emit_report(reports, output_format, context, several=several)
     if args.own_process:
         _NOT_FREED.append(reports)
     return REFUSED if refused else max((report.exit_code for report in reports), default=0)
+
+
+def _copies(args: argparse.Namespace) -> dict[str, str]:
+    """The files ``--FORMAT-output`` names, by format; a file named twice (or also by ``--output-file``) is a usage
+    error: one of the two reports would silently replace the other."""
+    copies = {name: file for name in OUTPUT_FORMATS if (file := getattr(args, f"{name}_output")) is not None}
+    files = [*copies.values(), *([args.output_file] if args.output_file is not None else [])]
+    for file in files:
+        if files.count(file) > 1:
+            args.parser.error(f"{file} is named as the file of two reports; give each its own")
+    return copies
+
+
+def _taken_by(name: str, context: Context) -> Context:
+    """``context`` as the format ``name``'s copy takes it (``--NAME-output``): a copy is the whole report, so it
+    takes the printing options that add to it (``--list``, ``--show-all``) where its format takes them, and not
+    those that cut it to the terminal's need (``--quiet``, ``--statistics``); no colour."""
+    options = FORMATS[name].options
+    return replace(
+        context,
+        show_all=context.show_all and "--show-all" in options,
+        with_scales=context.with_scales and "--list" in options,
+        quiet=False,
+        statistics=False,
+        colour=False,
+    )
 
 
 def _refused_alone(error: CheckpointError | ConfigError, *, several: bool) -> bool:
@@ -615,13 +656,13 @@ def _colour(when: str, *, to_file: bool) -> bool:
     return not to_file and sys.stdout.isatty()
 
 
-def _check_writable(path: str) -> None:
+def _check_writable(path: str, option: str) -> None:
     """Refuse, before anything is read, a report file that cannot be written: a folder, or a file in a folder
     where a file cannot be created and renamed (which :func:`_write_report` does), each in one line."""
     from scalar_scales.files.durable import try_replacing_in
 
     if os.path.isdir(path):
-        raise CheckpointError(path, "is a folder: --output-file names the file to write the report to")
+        raise CheckpointError(path, f"is a folder: {option} names the file to write the report to")
     try_replacing_in(Path(os.path.dirname(path) or os.curdir))
 
 

@@ -331,3 +331,22 @@ def test_hostile_args_are_arguments_and_never_shell_code(runner, args):
     assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
     assert not list(runner["workspace"].rglob("pwned"))
+
+
+def test_the_step_checks_the_checkpoint_once_for_annotations_report_and_sarif(runner, tmp_path):
+    """One check writes the annotations, the JSON report and the SARIF log (``--FORMAT-output``): a Hub checkpoint's
+    headers are fetched once, and the three cannot disagree."""
+    make_checkpoint(runner["workspace"] / "once")
+    real = Path(runner["first install"]["bin"])
+    counting = tmp_path / "bin"
+    counting.mkdir()
+    calls = tmp_path / "calls"
+    (counting / "python").symlink_to(real / "python")
+    wrapper = counting / "scalar-scales"
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >> "{calls}"\nexec "{real / "scalar-scales"}" "$@"\n')
+    wrapper.chmod(0o755)
+    counted = {**runner, "outputs": {**runner["outputs"], "install": {"bin": str(counting)}}}
+    assert check(counted, path="once", **{"sarif-file": "once.sarif"}).returncode == 0
+    assert len(calls.read_text().splitlines()) == 1
+    assert json.loads(Path(counted["outputs"]["check"]["report"]).read_text())["summary"]["scales"] == 48
+    assert json.loads((runner["workspace"] / "once.sarif").read_text())["runs"][0]["properties"]["findings"] == 48

@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from scalar_scales_testkit.cli import run_cli_in_process
+from scalar_scales_testkit.cli import make_checkpoint, run_cli_in_process
 
 
 def test_the_report_goes_to_the_file_and_nothing_to_standard_output(checkpoint, tmp_path):
@@ -86,3 +86,45 @@ def test_silent_still_writes_the_file(checkpoint, tmp_path):
 def test_no_temporary_file_is_left_beside_it(checkpoint, tmp_path):
     run_cli_in_process("check", checkpoint, "-o", tmp_path / "report.txt")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["ckpt", "report.txt"]
+
+
+def test_each_format_output_holds_what_that_format_writes_from_the_same_check(checkpoint, tmp_path):
+    """``--json-output`` and ``--sarif-output``, as semgrep's: besides the output asked for, each format's report
+    in its file, as ``--output-format FORMAT -o FILE`` writes it."""
+    copies = {name: tmp_path / f"copy.{name}" for name in ("json", "sarif")}
+    result = run_cli_in_process(
+        "check", checkpoint, "--statistics", *(a for name, file in copies.items() for a in (f"--{name}-output", file))
+    )
+    assert (result.returncode, result.stdout) == (0, run_cli_in_process("check", checkpoint, "--statistics").stdout)
+    for name, file in copies.items():
+        alone = tmp_path / f"alone.{name}"
+        run_cli_in_process("check", checkpoint, "--output-format", name, "-o", alone)
+        assert file.read_bytes() == alone.read_bytes()
+
+
+def test_a_format_output_holds_the_scales_list_adds_where_its_format_takes_it(checkpoint, tmp_path):
+    copy = tmp_path / "copy.json"
+    run_cli_in_process("check", checkpoint, "--list", "--json-output", copy)
+    assert len(json.loads(copy.read_text(encoding="utf-8"))["scales"]) == 48
+
+
+def test_one_file_named_for_two_reports_is_refused(checkpoint, tmp_path):
+    report = tmp_path / "report"
+    result = run_cli_in_process("check", checkpoint, "-o", report, "--json-output", report)
+    assert (result.returncode, result.stdout, report.exists()) == (2, "", False)
+    assert f"{report} is named as the file of two reports; give each its own" in result.stderr
+
+
+def test_a_format_output_in_a_folder_is_refused_naming_its_option(checkpoint, tmp_path):
+    result = run_cli_in_process("check", checkpoint, "--sarif-output", tmp_path)
+    assert (result.returncode, result.stderr) == (
+        2,
+        f"scalar-scales: error: {tmp_path}: is a folder: --sarif-output names the file to write the report to\n",
+    )
+
+
+def test_annotations_of_several_checkpoints_are_refused_as_a_format_output_too(checkpoint, tmp_path):
+    other = make_checkpoint(tmp_path / "other")
+    result = run_cli_in_process("check", checkpoint, other, "--github-output", tmp_path / "annotations")
+    assert result.returncode == 2
+    assert "--github-output reports one checkpoint a run" in result.stderr
