@@ -151,7 +151,7 @@ def announcement(changed: list[Change], kept: list[Observation], *, dry_run: boo
     else:
         verdict = f"none {'would stop' if dry_run else 'stops'} loading the checkpoint"
     verb = "would change" if dry_run else "changes"
-    lines = [f"What this {verb} for the consumers the round trip observed (docs/compatibility.md): {verdict}"]
+    lines = [f"What this {verb} for the consumers the round trip observed: {verdict}"]
     by_what: dict[tuple[int, str], list[str]] = {}
     for change in changed:
         rank = 0 if change.breaks else 1 if change.after.loads and not change.before.loads else 2

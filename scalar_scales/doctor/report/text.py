@@ -257,7 +257,7 @@ def summary(report: CheckReport) -> str:
         line += f" {counted(report.ignored_by_config, 'finding')} ignored by per-module-ignores."
     if refusals := report.diagnosis.refusals:
         consumers = ", ".join(refusal.consumer for refusal in refusals)
-        line += f" Observed not to load it: {consumers} (docs/compatibility.md)."
+        line += f" Observed not to load it: {consumers}."
     if report.fetched is not None:
         fetched, total = report.fetched.bytes_fetched, report.fetched.bytes_total
         share = 100 * fetched / total if total else 0.0

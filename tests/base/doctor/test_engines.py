@@ -38,7 +38,7 @@ def test_a_format_2_glm_checkpoint_names_sglang_which_does_not_load_it(tmp_path)
     lines = result.stdout.splitlines()
     assert result.returncode == 0
     assert not_loaded_line(sglang(GLM), sglang(GLM).scalar.note) in lines
-    assert lines[-1].endswith(f"Observed not to load it: {sglang(GLM).consumer} (docs/compatibility.md).")
+    assert lines[-1].endswith(f"Observed not to load it: {sglang(GLM).consumer}.")
 
 
 def test_quiet_still_names_the_engine_that_does_not_load_it(tmp_path):

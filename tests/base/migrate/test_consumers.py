@@ -12,7 +12,7 @@ from scalar_scales.migration import migrate_checkpoint
 from scalar_scales_testkit.broken import mla_checkpoint
 from scalar_scales_testkit.cli import run_cli_in_process, shards, snapshot
 
-HEADING = "What this changes for the consumers the round trip observed (docs/compatibility.md): "
+HEADING = "What this changes for the consumers the round trip observed: "
 
 
 def transformers_without_the_patch() -> list[str]:
