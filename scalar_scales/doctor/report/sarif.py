@@ -14,7 +14,9 @@ count them all (``findings``), as the run's count every finding
 (``findings``, ``counts``). Where there would be more than
 :data:`MAX_RESULTS` results, the least severe and least numerous rule-and-file
 pairs of each rule past the limit are one result of that rule, which counts
-them and names their files.
+them and names their files. The locations stop at a budget of bytes
+(:func:`_within_budget`) that keeps the log within 10 MB gzipped even where
+the tensors' names are long and random, which gzip cannot shorten.
 
 A finding is in a binary file (a safetensors shard) or a config, and has no
 line, but code scanning wants a region with a ``startLine``: every location
@@ -59,6 +61,7 @@ from scalar_scales.sources.hub_address import hub_endpoint
 
 __all__ = [
     "HUB_BASE",
+    "MAX_GZIPPED",
     "MAX_LOCATIONS",
     "MAX_RESULTS",
     "SARIF_SCHEMA",
@@ -77,6 +80,14 @@ MAX_RESULTS = 25_000
 """The most results GitHub code scanning takes in a run."""
 MAX_LOCATIONS = 1_000
 """The most locations GitHub code scanning takes in a result."""
+MAX_GZIPPED = 10_000_000
+"""The most bytes of gzipped SARIF GitHub code scanning takes in an upload."""
+_BUDGET = MAX_GZIPPED - 1_000_000
+"""What the results and their locations may take of :data:`MAX_GZIPPED`, at most; the rest is the rules' text and the
+run's properties, a few kilobytes a rule."""
+_PER_RESULT, _PER_LOCATION = 512, 32
+"""What a result, past its message, and a location, past its tensor's name, take gzipped at most: the JSON around
+them is the same text from one to the next, which gzip writes as references of a few bytes each."""
 
 
 def emit(out: Writer, report: CheckReport, context: Context) -> None:
@@ -167,14 +178,16 @@ def _results(report: CheckReport, index: dict[str, int], locator: _Locator) -> I
     result = Template(shape, 4)
     groups, rest = _within_limit(report.by_rule_and_file)
     locations: dict[tuple[str, bool], Template] = {}
+    left = _BUDGET - sum(len(group.file) + _PER_RESULT for group in groups)
     for rule, file, findings in groups:
         uri, base = locator.locate(file)
         hashed = hashlib.sha256("\0".join([rule.code, uri]).encode()).hexdigest()
-        located = findings[:MAX_LOCATIONS]
+        located, left = _within_budget(findings[:MAX_LOCATIONS], left)
         if len(findings) == 1:
             message = with_tensor(findings[0], findings[0].message)
         else:
-            message = grouped_message(rule, findings, _more(len(findings)))
+            message = grouped_message(rule, findings, _more(len(findings), len(located)))
+        left -= len(message)
         yield result.fill(
             text(rule.code),
             str(index[rule.code]),
@@ -207,11 +220,23 @@ def _results(report: CheckReport, index: dict[str, int], locator: _Locator) -> I
         )
 
 
-def _more(count: int) -> str:
+def _more(count: int, located: int) -> str:
     """Where a result's findings past the first few its message names are."""
-    if count <= MAX_LOCATIONS:
+    if count == located:
         return "each is a location of this result"
-    return f"the first {MAX_LOCATIONS:,} are locations of this result; --output-format json lists every one"
+    return f"the first {located:,} are locations of this result; --output-format json lists every one"
+
+
+def _within_budget(findings: list[Finding], left: int) -> tuple[list[Finding], int]:
+    """The findings that are a result's locations, and what is left of the log's budget (:data:`_BUDGET`) after
+    them: each takes its tensor's name (which gzip cannot shorten where names are random) and the JSON around it.
+    A result keeps its first location whatever is left: code scanning shows a result at it."""
+    for count, finding in enumerate(findings):
+        cost = len(finding.tensor or "") + _PER_LOCATION
+        if count and cost > left:
+            return findings[:count], left
+        left -= cost
+    return findings, left
 
 
 def _within_limit(groups: list[FileFindings]) -> tuple[list[FileFindings], list[tuple[Rule, list[FileFindings]]]]:

@@ -7,8 +7,10 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import random
 import re
 import shlex
+import string
 import struct
 import subprocess
 import sys
@@ -717,3 +719,26 @@ def test_the_docs_list_the_formats_of_the_formats_table():
         for name in names.split("|")
     }
     assert named - set(FORMATS) == set()
+
+
+def test_sarif_of_findings_with_long_random_names_stays_within_github_s_gzipped_limit(tmp_path):
+    """Hostile names: 1,000 legacy scales, each named by 20,000 random characters, which gzip cannot shorten. As
+    1,000 locations the SARIF log is more than GitHub's 10 MB gzipped; so the locations stop at a byte budget, and
+    the result still counts every finding and says where they all are."""
+    alphabet = string.ascii_letters + string.digits
+    chosen = random.Random(0)
+    names = [
+        f"model.layers.{i}.{''.join(chosen.choices(alphabet, k=20_000))}.weight_global_scale" for i in range(1_000)
+    ]
+    header = {name: {"dtype": "F32", "shape": [1], "data_offsets": [4 * i, 4 * i + 4]} for i, name in enumerate(names)}
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    encoded += b" " * (-len(encoded) % 8)
+    shard = tmp_path / "hostile.safetensors"
+    shard.write_bytes(struct.pack("<Q", len(encoded)) + encoded + struct.pack("<f", 1.0) * len(names))
+    printed = run_cli_in_process("check", shard, "--output-format", "sarif", cwd=tmp_path)
+    assert len(gzip.compress(printed.stdout.encode(), compresslevel=6)) < 10_000_000
+    (run,) = json.loads(printed.stdout)["runs"]
+    (result,) = (result for result in run["results"] if result["ruleId"] == "NV101")
+    assert result["properties"]["findings"] == 1_000
+    assert 1 < len(result["locations"]) < 1_000
+    assert f"the first {len(result['locations'])} are locations of this result" in result["message"]["text"]
