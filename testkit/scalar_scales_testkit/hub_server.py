@@ -342,7 +342,7 @@ def serve_hub(
         def _list_models(self, query: dict[str, list[str]]) -> None:
             author = query.get("author", [""])[0]
             start = int(query.get("cursor", ["0"])[0])
-            listed = sorted(name for name, repository in repositories.items() if name.split("/")[0] == author)
+            listed = sorted(name for name in repositories if name.split("/")[0].lower() == author.lower())  # as the Hub
             listed = [name for name in listed if repositories[name].token is None]  # a private one is not listed
             shown = listed[start : start + page]
             if listing == "other-author":

@@ -155,3 +155,18 @@ def test_sarif_of_more_checkpoints_than_github_takes_runs_in_a_file_is_refused(t
         "scalar-scales: error: --output-format sarif: GitHub code scanning takes at most 20 runs in a SARIF file, "
         "and 21 checkpoints were given: check fewer at a time\n"
     )
+
+
+def test_configuration_files_that_set_different_output_formats_are_refused_unless_one_is_named(tmp_path):
+    """One output holds every checkpoint's report, so it has one format: two files that set two are a usage
+    error, and ``--output-format`` decides it."""
+    for name, output_format in (("first", "json"), ("second", "sarif")):
+        make_checkpoint(tmp_path / name)
+        (tmp_path / name / "scalar-scales.toml").write_text(f'output-format = "{output_format}"\n')
+    refused = run_cli_in_process("check", "first", "second", cwd=tmp_path)
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert "the configuration files of the paths given set several output formats (json, sarif); name one with " in (
+        refused.stderr
+    )
+    named = run_cli_in_process("check", "first", "second", "--output-format", "json", cwd=tmp_path)
+    assert [each["summary"]["counts"] for each in json.loads(named.stdout)] == [{"NV101": 48}] * 2

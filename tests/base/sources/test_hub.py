@@ -191,6 +191,16 @@ def test_hf_org_checks_every_model_the_hub_lists_of_it_page_after_page(tmp_path)
     assert result.returncode == 0, result.stderr
 
 
+def test_hf_org_takes_the_models_the_hub_lists_of_the_author_in_another_case(tmp_path):
+    """The Hub's names are not case-sensitive (``hf://qwen`` lists Qwen's models): a listed id whose owner is the
+    author in another case is the author's, and is checked by the name the Hub gives it."""
+    repositories = {"Org/legacy": HubRepository({"main": make_checkpoint(tmp_path / "legacy")})}
+    with serve_hub(repositories) as (endpoint, _):
+        result = run_cli("check", "hf://org", "--json", env=client_environment(endpoint, tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert [document["summary"]["checkpoint"] for document in json.loads(result.stdout)] == ["hf://Org/legacy"]
+
+
 def test_an_author_the_hub_lists_no_model_of_is_refused_in_one_line(tmp_path):
     with serve_hub({}) as (endpoint, _):
         result = run_cli("check", "hf://nobody", env=client_environment(endpoint, tmp_path))
