@@ -121,6 +121,16 @@ READ_CONSUMERS: tuple[ReadConsumer, ...] = (
         by_rule=(
             ("legacy-scale-shape", "loads: its NVFP4 scale parameters have shape (1,) and take (1,) and 0-D alike"),
             (
+                "missing-weight-global-scale",
+                "a dense layer with an `input_scale` but no `weight_scale_2` fails to load: `alpha = "
+                "input_scale.float() * weight_scale_2.float()` on None (`AttributeError`)",
+            ),
+            (
+                "missing-input-global-scale",
+                "a dense layer without `input_scale` loads in dynamic mode: its activation scale is computed from "
+                "each input at run time",
+            ),
+            (
                 "fused-scales-differ",
                 "dense fused q/k/v or gate/up: refuses to load (`AssertionError: The weight_scale_2 should be same "
                 "for all the weights`); MoE gate/up: loads with the larger of the two, a warning in the log",
@@ -161,7 +171,10 @@ READ_CONSUMERS: tuple[ReadConsumer, ...] = (
     ),
     ReadConsumer(
         consumer="llama.cpp `convert_hf_to_gguf.py`",
-        version=f"llama.cpp {_LLAMA_CPP_COMMIT[:9]}, as vendored in llama-cpp-python 0.3.36",
+        version=(
+            f"llama.cpp {_LLAMA_CPP_COMMIT[:9]}, as vendored in llama-cpp-python 0.3.36, run by "
+            "scripts/observe_llama_cpp.py"
+        ),
         how="observed",
         layouts=(
             "ModelOpt and compressed-tensors (`nvfp4-pack-quantized`): the compressed-tensors names are renamed to "
@@ -180,6 +193,23 @@ READ_CONSUMERS: tuple[ReadConsumer, ...] = (
         threads=("ggml-org/llama.cpp#21095",),
         by_rule=(
             ("legacy-scale-shape", "converts: the same GGUF as from 0-D scales"),
+            (
+                "missing-weight-global-scale",
+                "converts silently, as though the global scale were 1.0: the layer gets no `.scale` tensor",
+            ),
+            (
+                "missing-input-global-scale",
+                "converts silently, as though the input scale were 1.0: the layer gets no `.input_scale` tensor",
+            ),
+            (
+                "invalid-scale-value",
+                "converts: a compressed-tensors global scale of 0 becomes a `.scale` of inf, a ModelOpt one of 0",
+            ),
+            (
+                "other-convention",
+                "converts each scale as its name says (compressed-tensors' inverted, ModelOpt's kept), so one "
+                "stored in the other convention becomes the reciprocal of the right `.scale`",
+            ),
             ("fused-scales-differ", "converts, each partner keeping its own global scale (no fused tensor takes one)"),
         ),
     ),
@@ -218,8 +248,9 @@ def section() -> list[str]:
         "their rows say what their loaders' code does, \"read, not run\", at the commit cited. llama.cpp's",
         'converter runs on a CPU: its row is "observed", from running the version named on tiny NVFP4',
         "checkpoints (q/k/v and MoE experts; compressed-tensors and ModelOpt; (1,) and 0-D; partners equal and",
-        "differing) and reading the GGUF tensors it wrote. `scalar-scales rule CODE` prints what each does with",
-        "that rule's defect, where its code shows it.",
+        "differing; one rule's defect at a time) with scripts/observe_llama_cpp.py and reading the GGUF tensors it",
+        "would write. `scalar-scales rule CODE` prints what each does with that rule's defect, where its code shows",
+        "it.",
         "",
         "| consumer | how | checkpoints it accepts | (1,) global scales | 0-D global scales "
         "| fused partners that differ |",
@@ -233,4 +264,16 @@ def section() -> list[str]:
     for c in READ_CONSUMERS:
         threads = f"; threads: {', '.join(c.threads)}" if c.threads else ""
         lines.append(f"- {c.consumer}: {'; '.join(map(str, c.sources))}{threads}.")
+    widest_first = sorted(READ_CONSUMERS, key=lambda consumer: -len(consumer.by_rule))
+    names = list(dict.fromkeys(name for consumer in widest_first for name, _ in consumer.by_rule))
+    lines += [
+        "",
+        "What each does with the defect of a rule of `scalar-scales check`, where its code shows it:",
+        "",
+        f"| rule | {' | '.join(c.consumer for c in READ_CONSUMERS)} |",
+        f"|---|{'---|' * len(READ_CONSUMERS)}",
+    ]
+    for name in names:
+        cells = [dict(c.by_rule).get(name, "not read") for c in READ_CONSUMERS]
+        lines.append(f"| `{name}` | {' | '.join(cells)} |")
     return [*lines, SECTION_END]
