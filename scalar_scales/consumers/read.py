@@ -73,6 +73,12 @@ _TRTLLM_MOE = Source(
     "tensorrt_llm/_torch/modules/fused_moe/quantization.py",
     "NVFP4FusedMoEMethod.load_all_fp4_weight_scales_and_alphas, load_expert_fc31_alpha_nvfp4",
 )
+_TRTLLM_MLA = Source(
+    "NVIDIA/TensorRT-LLM",
+    "02586bf0b0f59d29967bf4aa27d5714a0b4788f6",
+    "tensorrt_llm/_torch/models/modeling_deepseekv4.py",
+    "the model's load_weights, its kv_a_proj_with_mqa branch (nvfp4_fused_a)",
+)
 _MAX_LINEAR = Source(
     "modular/modular",
     "271b11bde1b8ae68f6f83d74261aa75ab1d218be",
@@ -84,6 +90,12 @@ _MAX_STACKED = Source(
     "8607f351558f0220a84ac10a2dcfbb68c7c558b5",
     "max/python/max/nn/stacked_linear.py",
     "StackedLinear.stacked_weight_scale_2",
+)
+_MAX_LOADER = Source(
+    "modular/modular",
+    "04f37c571ebd44da1819a168735eacad5fc13d6b",
+    "max/python/max/nn/layer/layer.py",
+    "Module.load_state_dict, _array_from_weight_loader",
 )
 _LLAMA_CPP = "ggml-org/llama.cpp"
 _LLAMA_CPP_COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
@@ -114,9 +126,10 @@ READ_CONSUMERS: tuple[ReadConsumer, ...] = (
             "be same for all the weights` (the same for `input_scale`); MoE gate/up (w1/w3): at the MoE commit "
             "read, warns `w1_weight_scale_2 != w3_weight_scale_2 (...), selecting the larger value. Accuracy may "
             "be affected.` and loads both halves with the larger value (earlier releases assert, #6569); MLA "
-            "a-projections: not read"
+            "a-projections (DeepSeek-V4's loader): the larger `weight_scale_2` is shared and the other partner's "
+            "weight requantized onto it, while differing `input_scale`s fail an assertion"
         ),
-        sources=(_TRTLLM_LINEAR, _TRTLLM_MOE),
+        sources=(_TRTLLM_LINEAR, _TRTLLM_MOE, _TRTLLM_MLA),
         threads=("NVIDIA/TensorRT-LLM#6569", "NVIDIA/TensorRT-LLM#17726"),
         by_rule=(
             ("legacy-scale-shape", "loads: its NVFP4 scale parameters have shape (1,) and take (1,) and 0-D alike"),
@@ -133,7 +146,8 @@ READ_CONSUMERS: tuple[ReadConsumer, ...] = (
             (
                 "fused-scales-differ",
                 "dense fused q/k/v or gate/up: refuses to load (`AssertionError: The weight_scale_2 should be same "
-                "for all the weights`); MoE gate/up: loads with the larger of the two, a warning in the log",
+                "for all the weights`); MoE gate/up: loads with the larger of the two, a warning in the log; MLA "
+                "a-projections: requantizes the smaller partner onto the larger scale",
             ),
         ),
     ),
@@ -146,22 +160,23 @@ READ_CONSUMERS: tuple[ReadConsumer, ...] = (
             "PRs #6699 and #6773)"
         ),
         legacy=(
-            "`Linear` declares `weight_scale_2` with shape (), so a (1,) tensor does not have the declared shape "
-            "(not run: what the weight loader then does was not read; PR #6699 lists the shape as a difference "
-            "between the layouts it reconciles)"
+            "loads: `Linear` declares `weight_scale_2` with shape (), and the weight loader takes a (1,) value "
+            'for a () weight ("These shapes are actually the same.")'
         ),
-        scalar="matches `Linear`'s declared `weight_scale_2` shape ()",
+        scalar="loads: the shape `Linear` declares for `weight_scale_2`",
         fused_differ=(
             "q/k/v and gate/up stacked by `StackedLinear`: loads and silently uses the largest partner's "
             "`weight_scale_2` for the whole stacked matmul, so the other partners' outputs are scaled by the "
             "ratio"
         ),
-        sources=(_MAX_LINEAR, _MAX_STACKED),
+        sources=(_MAX_LINEAR, _MAX_STACKED, _MAX_LOADER),
         threads=("modular/modular#6600", "modular/modular#6697", "modular/modular#6699", "modular/modular#6773"),
         by_rule=(
+            ("legacy-scale-shape", "loads: its weight loader takes a (1,) value for the () `weight_scale_2`"),
             (
-                "legacy-scale-shape",
-                "`Linear` declares `weight_scale_2` with shape (), which a (1,) tensor does not have",
+                "missing-weight-global-scale",
+                "refuses to load: `load_state_dict` (strict by default) raises `ValueError: load_state_dict() "
+                "strict=True validation failed. Missing required weights: ...`",
             ),
             (
                 "fused-scales-differ",
