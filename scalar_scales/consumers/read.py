@@ -1,5 +1,5 @@
 """What the consumers that the round trip does not run do with a checkpoint's global scales: TensorRT-LLM and
-MAX need a Blackwell GPU and their own builds, so their loaders were read; llama.cpp's converter runs on a CPU,
+MAX need an NVIDIA GPU and their own builds, so their loaders were read; llama.cpp's converter runs on a CPU,
 so it was run on tiny checkpoints. Each entry says which it was, and where the answer comes from.
 
 docs/compatibility.md's section "Consumers the round trip does not run" is generated from
@@ -259,8 +259,8 @@ def section() -> list[str]:
         SECTION_START,
         "## Consumers the round trip does not run",
         "",
-        "TensorRT-LLM and MAX need a Blackwell GPU and builds of their own, so the round trip does not run them:",
-        "their rows say what their loaders' code does, \"read, not run\", at the commit cited. llama.cpp's",
+        "TensorRT-LLM's and MAX's NVFP4 loaders need an NVIDIA GPU and builds of their own, so the round trip does",
+        'not run them: their rows say what their code does, "read, not run", at the commit cited. llama.cpp\'s',
         'converter runs on a CPU: its row is "observed", from running the version named on tiny NVFP4',
         "checkpoints (q/k/v and MoE experts; compressed-tensors and ModelOpt; (1,) and 0-D; partners equal and",
         "differing; one rule's defect at a time) with scripts/observe_llama_cpp.py and reading the GGUF tensors it",

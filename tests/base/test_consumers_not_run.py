@@ -4,6 +4,7 @@ statement there names where it comes from."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -49,3 +50,10 @@ def test_rule_adds_nothing_where_no_consumer_not_run_shows_the_defect() -> None:
     assert not consequences(RULES["NV501"].name)
     result = run_cli_in_process("rule", "NV501")
     assert "round trip does not run" not in result.stdout
+
+
+def test_rule_as_json_gives_each_consumer_not_run_s_consequence() -> None:
+    data = json.loads(run_cli_in_process("rule", "NV303", "--output-format", "json").stdout)
+    assert [(entry["consumer"], entry["how"], entry["consequence"]) for entry in data["consumers_not_run"]] == [
+        (consumer.consumer, consumer.how, text) for consumer, text in consequences(RULES["NV303"].name)
+    ]
