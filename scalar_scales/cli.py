@@ -728,8 +728,16 @@ def _rule(args: argparse.Namespace) -> int:
     elif args.all:
         _emit(reference_document().rstrip("\n"))
     else:
-        _emit("\n".join(rule_reference(RULES[code]) for code in codes).rstrip("\n"))
+        _emit("\n".join(_rule_with_consumers(code) for code in codes).rstrip("\n"))
     return 0
+
+
+def _rule_with_consumers(code: str) -> str:
+    """A rule's reference, and what each consumer the round trip does not run does with its defect."""
+    from scalar_scales.consumers.read import consequence_lines
+
+    lines = consequence_lines(RULES[code].name)
+    return rule_reference(RULES[code]) + ("\n" + "\n".join(lines) + "\n" if lines else "")
 
 
 def _migrate(args: argparse.Namespace) -> int:

@@ -3,6 +3,7 @@
 fresh.
 
     python scripts/compatibility_matrix.py RESULTS [--doc docs/compatibility.md] [--readme README.md] [--subject TEXT]
+    python scripts/compatibility_matrix.py --consumers-not-run [--doc docs/compatibility.md]
 
 RESULTS is the folder of ``*.jsonl`` records that tests/roundtrip wrote in
 every environment (scripts/test.sh passes SCALAR_SCALES_RESULTS). The file
@@ -12,7 +13,12 @@ is the matrix in short: for each consumer and fix, what each shape of global
 scale does; ``check`` and ``migrate`` say it from observed.py. Exit 0: all
 were already current. Exit 1: one was stale (now
 regenerated; review and commit it), or the results are incomplete or
-inconsistent. Standard library only.
+inconsistent. Standard library and scalar_scales only.
+
+The section on the consumers the round trip does not run (TensorRT-LLM, MAX,
+llama.cpp's converter) comes from ``scalar_scales.consumers.read``, not from
+the results: ``--consumers-not-run`` rewrites that section alone, between its
+markers, and tests/base/test_consumers_not_run.py holds the doc to it.
 """
 
 from __future__ import annotations
@@ -272,8 +278,27 @@ def render(rows: list[dict[str, Any]], subject: str, date: str, doc_folder: Path
         "[producer.md](producer.md). vLLM's loader paths one by one (the `copy_` paths the plugin fixes, and",
         "scales with more than one value): [vllm.md](vllm.md).",
         gpu_line,
+        "",
+        *consumers_not_run(),
     ]
     return "\n".join(lines) + "\n"
+
+
+def consumers_not_run() -> list[str]:
+    """The section on the consumers the round trip does not run, from the package's data."""
+    from scalar_scales.consumers.read import section
+
+    return section()
+
+
+def with_consumers_not_run(document: str) -> str:
+    """``document`` with its section on the consumers not run replaced by the package's, between the markers."""
+    from scalar_scales.consumers.read import SECTION_END, SECTION_START
+
+    start, end = document.find(SECTION_START), document.find(SECTION_END)
+    if start < 0 or end < start:
+        raise ResultsError("docs/compatibility.md: no section on the consumers not run between its markers")
+    return document[:start] + "\n".join(consumers_not_run()) + document[end + len(SECTION_END) :]
 
 
 SHAPES = {"(1,)": ("legacy", "format2-to-legacy"), "0-D": ("format2", "legacy-migrated")}
@@ -392,11 +417,18 @@ def date_of(document: str) -> str | None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("results", type=Path)
+    parser.add_argument("results", type=Path, nargs="?")
+    parser.add_argument(
+        "--consumers-not-run", action="store_true", help="rewrite only the section on the consumers not run"
+    )
     parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "compatibility.md")
     parser.add_argument("--subject", default=DEFAULT_SUBJECT, help="what the artifacts were made from")
     parser.add_argument("--readme", type=Path, default=ROOT / "README.md", help="the README whose guide to check")
     args = parser.parse_args()
+    if args.consumers_not_run:
+        return _rewrite_consumers_not_run(args.doc)
+    if args.results is None:
+        parser.error("name the results folder, or --consumers-not-run")
     try:
         rows = read_results(args.results)
         check_releases(rows)
@@ -422,6 +454,23 @@ def main() -> int:
         return 0
     for path in stale:
         print(f"{path}: was stale; regenerated from the results. Review it and commit it.", file=sys.stderr)
+    return 1
+
+
+def _rewrite_consumers_not_run(doc: Path) -> int:
+    try:
+        current = doc.read_text()
+        rewritten = with_consumers_not_run(current)
+    except (OSError, ResultsError) as error:
+        print(f"compatibility matrix: {error}", file=sys.stderr)
+        return 1
+    if rewritten == current:
+        print(f"{doc}'s section on the consumers not run: current")
+        return 0
+    doc.write_text(rewritten)
+    print(
+        f"{doc}: its section on the consumers not run was stale; rewritten. Review it and commit it.", file=sys.stderr
+    )
     return 1
 
 

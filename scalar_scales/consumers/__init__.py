@@ -1,6 +1,6 @@
 """What each consumer the round trip observed (vLLM, transformers, SGLang, a ``copy_`` loader) does with a
 checkpoint's global scales, by shape: ``check`` says which engines do not load a checkpoint, ``migrate`` what
-its change does to each.
+its change does to each. :data:`READ_CONSUMERS` are the consumers it does not run: read, or run here by hand.
 
 The observations (:data:`OBSERVED`) are generated from the round trip by
 scripts/compatibility_matrix.py, with docs/compatibility.md and the README's
@@ -21,16 +21,21 @@ from scalar_scales.consumers.of_checkpoint import (
     scales_layout,
     unchanged,
 )
+from scalar_scales.consumers.read import READ_CONSUMERS, ReadConsumer, Source, consequences
 
 __all__ = [
     "NO_FIX",
     "OBSERVED",
+    "READ_CONSUMERS",
     "Change",
     "Observation",
     "Outcome",
+    "ReadConsumer",
     "Refusal",
+    "Source",
     "announcement",
     "changes",
+    "consequences",
     "observations_of",
     "refusals",
     "scales_layout",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from scalar_scales.consumers.read import consequences
 from scalar_scales.doctor.catalogue import RULES
 from scalar_scales.doctor.rules import EFFECTS, NEEDS, Command, Rule
 from scalar_scales.nvfp4 import LAYOUTS
@@ -78,4 +79,8 @@ def rule_data(rule: Rule) -> dict[str, Any]:
         "judges_classes": rule.judges_classes,
         "explanation": rule.explanation,
         "examples": [{"name": example.name, "summary": example.summary} for example in rule.examples],
+        "consumers_not_run": [
+            {"consumer": consumer.consumer, "how": consumer.how, "version": consumer.version, "consequence": text}
+            for consumer, text in consequences(rule.name)
+        ],
     }
