@@ -36,6 +36,7 @@ __all__ = [
     "Caught",
     "Miss",
     "ReportedFailure",
+    "described",
     "document",
 ]
 
@@ -131,24 +132,27 @@ def _modelopt_moe(
     )
 
 
-def _modelopt_dense(architecture: str, rows: int = 32, columns: int = 64, **model: object) -> Replica:
-    """A ModelOpt NVFP4 dense decoder layer: attention and MLP projections, ``lm_head`` in BF16 and excluded."""
-    tensors = [bf16("model.embed_tokens.weight", 128, columns), bf16("lm_head.weight", 128, columns)]
+def _modelopt_dense(architecture: str, model: str = "model", rows: int = 32) -> Replica:
+    """A ModelOpt NVFP4 dense decoder layer under ``model`` (``model.language_model`` for a multimodal class):
+    attention and MLP projections, ``lm_head`` in BF16 and excluded."""
+    tensors = [bf16(f"{model}.embed_tokens.weight", 128, 64), bf16("lm_head.weight", 128, 64)]
     for projection in _ATTENTION:
-        tensors += modelopt_module(f"model.layers.0.self_attn.{projection}", rows=rows, columns=columns)
+        tensors += modelopt_module(f"{model}.layers.0.self_attn.{projection}", rows=rows)
     for projection in _MLP:
-        tensors += modelopt_module(f"model.layers.0.mlp.{projection}", rows=rows, columns=columns)
-    return Replica({"model.safetensors": tensors}, {"architectures": [architecture], **model}, modelopt_config())
+        tensors += modelopt_module(f"{model}.layers.0.mlp.{projection}", rows=rows)
+    return Replica({"model.safetensors": tensors}, {"architectures": [architecture]}, modelopt_config())
 
 
-def _ct_dense(architecture: str, prefix: str = "model.layers.0") -> Replica:
-    """A compressed-tensors NVFP4 (W4A4) dense decoder layer as llm-compressor writes it, ``lm_head`` in BF16."""
+def _ct_dense(architecture: str, *, activations: bool = True) -> Replica:
+    """A compressed-tensors NVFP4 dense decoder layer as llm-compressor writes it (W4A4, or NVFP4A16 without
+    ``activations``), ``lm_head`` in BF16."""
+    activation = 448.0 if activations else None
     tensors = [bf16("model.embed_tokens.weight", 128, 64), bf16("lm_head.weight", 128, 64)]
     for projection in _ATTENTION:
-        tensors += ct_module(f"{prefix}.self_attn.{projection}")
+        tensors += ct_module(f"model.layers.0.self_attn.{projection}", activation=activation)
     for projection in _MLP:
-        tensors += ct_module(f"{prefix}.mlp.{projection}")
-    return Replica({"model.safetensors": tensors}, ct_config(architecture))
+        tensors += ct_module(f"model.layers.0.mlp.{projection}", activation=activation)
+    return Replica({"model.safetensors": tensors}, ct_config(architecture, activations=activations))
 
 
 def _ct_moe(prefix: str, architecture: str, ignore: tuple[str, ...] = ("lm_head",)) -> Replica:
@@ -291,6 +295,18 @@ def _minimax_m3_mixed() -> Replica:
     return Replica({"model.safetensors": tensors}, {"architectures": ["MiniMaxM3ForCausalLM"]}, modelopt)
 
 
+def _nemotron_h_non_gated() -> Replica:
+    """A Nemotron-H MoE layer as llm-compressor's NVFP4 recipe writes it: non-gated experts (``up_proj`` and
+    ``down_proj``, no ``gate_proj``), a shared expert, the router in BF16 with its ``e_score_correction_bias``."""
+    prefix = "backbone.layers.1.mixer"
+    tensors = [bf16(f"{prefix}.gate.weight", 2, 64), Tensor(f"{prefix}.gate.e_score_correction_bias", "F32", [2])]
+    for expert in ("experts.0", "experts.1", "shared_experts"):
+        tensors += ct_module(f"{prefix}.{expert}.up_proj") + ct_module(f"{prefix}.{expert}.down_proj", columns=32)
+    tensors += ct_module("backbone.layers.0.mixer.in_proj") + ct_module("backbone.layers.0.mixer.out_proj")
+    ignore = ("lm_head", "re:visual.*", "re:.*vision_tower.*", "re:.*multi_modal_projector.*")
+    return Replica({"model.safetensors": tensors}, ct_config("NemotronHForCausalLM", ignore=ignore))
+
+
 def _flux2_mixed() -> Replica:
     """BFL's FLUX.2 NVFP4 mixed checkpoint: one file, no config.json, ModelOpt names, W4A4 MLPs and BF16
     single-block attention."""
@@ -373,9 +389,9 @@ REPORTED: tuple[ReportedFailure, ...] = (
         "`flashinfer_scaled_fp4_mm` asserts `a.shape[1] == b.shape[1]` on SM120 (issue #50577).",
         "The packed weights are transposed against their group scales (out_features, in_features / 16).",
         "every packed `weight` transposed",
-        lambda: _modelopt_dense("Gemma4ForConditionalGeneration", rows=48),
+        lambda: _modelopt_dense("Gemma4ForConditionalGeneration", "model.language_model", rows=48),
         _transposed,
-        Caught({"NV401": "error"}, "model.layers.0.self_attn.q_proj.weight_scale"),
+        Caught({"NV401": "error"}, "model.language_model.layers.0.self_attn.q_proj.weight_scale"),
     ),
     ReportedFailure(
         "modelopt-2038-half-group-scales",
@@ -395,7 +411,8 @@ REPORTED: tuple[ReportedFailure, ...] = (
         "vLLM",
         "txn545/Qwen3.5-122B-A10B-NVFP4 has near-zero or denormal float32 activation scales for dead MoE experts; "
         "`make_nvfp4_moe_quant_config` inverts them to Inf and the FP4 kernel turns the batch NaN.",
-        "The scales are positive and finite, so only their siblings (the layer's other experts) show them wrong.",
+        "The scales are positive and finite, so only their siblings (the layer's other experts) show them wrong. "
+        "The publisher's other export of the family (SGLang #19587) holds ModelOpt's names; the replica takes them.",
         "expert 1's three `input_scale` values 1e-40 (denormal) among siblings of 1/448",
         lambda: _modelopt_moe("model.language_model.layers.0", "Qwen3_5MoeForConditionalGeneration"),
         _denormal_input_scales,
@@ -554,9 +571,54 @@ REPORTED: tuple[ReportedFailure, ...] = (
         None,
         None,
     ),
+    ReportedFailure(
+        "vllm-31782-nemotron-h-non-gated-moe",
+        "https://github.com/vllm-project/vllm/issues/31782",
+        "vLLM",
+        "Firworks/NVIDIA-Nemotron-3-Nano-30B-A3B-nvfp4, quantized by llm-compressor's NVFP4 recipe, fails to "
+        "initialize: vLLM's fused MoE allowed a non-gated MoE (`is_act_and_mul=False`) only for ModelOpt NVFP4 "
+        "(PR #32257 pipes it to compressed-tensors).",
+        "The experts are as Nemotron-H defines them (no `gate_proj`, so no fused partner): vLLM's restriction.",
+        "",
+        _nemotron_h_non_gated,
+        None,
+        None,
+    ),
+    ReportedFailure(
+        "sglang-40022-nvfp4a16-before-blackwell",
+        "https://github.com/sgl-project/sglang/pull/40022",
+        "SGLang",
+        "On GPUs before Blackwell every compressed-tensors NVFP4 checkpoint fails at scheme construction, before "
+        "weight loading: W4A4 with `Current platform does not support w4a4 nvfp4 quantization`, NVFP4A16 with an "
+        "`ImportError` about `W4A16Sparse24` (`_is_wNa16_group_channel` never checks the type is INT).",
+        "A complete weight-only checkpoint (no input global scales, `input_activations: null`): SGLang's dispatch.",
+        "",
+        lambda: _ct_dense("Qwen3ForCausalLM", activations=False),
+        None,
+        None,
+    ),
 )
 """The corpus, in the order docs/reported-failures.md gives it: the defects caught, the known misses, the
 consumers' bugs."""
+
+
+def described(replica: Replica) -> str:
+    """One line of what a replica holds: its class, tensors, files and declaration."""
+    count = sum(map(len, replica.shards.values()))
+    files = ", ".join(f"`{name}`" for name in replica.shards)
+    index = " and an index" if replica.index or len(replica.shards) > 1 else ""
+    if replica.config is None:
+        return f"{count} tensors in {files}, no config.json"
+    architecture = replica.config["architectures"][0]
+    quantization = replica.config.get("quantization_config")
+    if quantization is not None:
+        group = next(iter(quantization["config_groups"].values()))
+        scheme = "W4A4" if group["input_activations"] else "weight-only"
+        declared = f"config.json (`{quantization['quant_method']}`, `{quantization['format']}`, {scheme})"
+    else:
+        assert replica.modelopt is not None
+        declared = f"hf_quant_config.json (`quant_algo: {replica.modelopt['quantization']['quant_algo']}`)"
+    return f"`{architecture}`: {count} tensors in {files}{index}, declared by {declared}"
 
 
 def document() -> str:
@@ -579,8 +641,8 @@ def document() -> str:
         "that NV101, which every llm-compressor checkpoint has, does not stand among a defect's findings.",
         "",
         f"- {len(caught)} defects `check` finds, with the rule and severity given;",
-        f"- {len(missed)} it misses, each of a class no rule covers yet (a test expected to fail, strictly: it "
-        "fails the run once a rule finds it, so the row moves to the caught);",
+        f"- {len(missed)} it misses, each of a class no rule covers yet: each is a test expected to fail, strictly, "
+        "so that the run fails once a rule finds the defect, and the row is then one of the caught;",
         f"- {len(clean)} consumers' bugs, with no defect in the checkpoint: `check` finds nothing.",
         "",
         f"That is {defects * 2 + len(clean)} cases: {defects} defects, {defects} controls, {len(clean)} clean "
@@ -599,6 +661,7 @@ def document() -> str:
         for case in cases:
             lines += ["", f"### {case.id}", "", f"Thread: <{case.thread}> ({case.project}).", ""]
             lines += [f"- **The thread shows:** {case.shows}", f"- **Inferred:** {case.inferred}"]
+            lines.append(f"- **The replica:** {described(case.replica())}.")
             if case.defect is not None:
                 lines.append(f"- **The replica's edit:** {case.edit}.")
             lines.append(f"- **`check`:** {case.verdict}.")
