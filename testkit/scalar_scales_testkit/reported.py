@@ -254,7 +254,7 @@ def _gemma4_k_eq_v() -> Replica:
 
 
 def _qwen3_5_linear_attention() -> Replica:
-    """A Qwen3.5 Gated-DeltaNet layer with every projection NVFP4, as txn545's export holds them."""
+    """A Qwen3.5 Gated-DeltaNet layer with every projection NVFP4, as txn545's ModelOpt export holds them."""
     prefix = "model.language_model.layers.0.linear_attn"
     tensors = [
         bf16(f"{prefix}.conv1d.weight", 64, 1, 4),
@@ -272,6 +272,20 @@ def _qwen3_5_linear_attention() -> Replica:
     return Replica(
         {"model.safetensors": tensors}, {"architectures": ["Qwen3_5ForConditionalGeneration"]}, modelopt_config()
     )
+
+
+def _qwen3_5_moe_bf16_linear_attention() -> Replica:
+    """RedHatAI's Qwen3.5-MoE layout (llm-compressor): NVFP4 experts, the Gated-DeltaNet projections in BF16, each
+    named in ``ignore`` with the ``linear_attn`` module and its norm."""
+    replica = _ct_moe("model.language_model.layers.0", "Qwen3_5MoeForConditionalGeneration")
+    prefix = "model.language_model.layers.1.linear_attn"
+    projections = ("in_proj_qkv", "in_proj_z", "in_proj_a", "in_proj_b", "out_proj")
+    replica.add(*(bf16(f"{prefix}.{projection}.weight", 32, 64) for projection in projections))
+    replica.add(bf16(f"{prefix}.norm.weight", 16), bf16(f"{prefix}.conv1d.weight", 64, 1, 4))
+    assert replica.config is not None
+    ignore = replica.config["quantization_config"]["ignore"]
+    ignore += [prefix, f"{prefix}.norm", *(f"{prefix}.{projection}" for projection in projections)]
+    return replica
 
 
 def _minimax_m3_mixed() -> Replica:
@@ -488,11 +502,26 @@ REPORTED: tuple[ReportedFailure, ...] = (
         "https://github.com/sgl-project/sglang/issues/19587",
         "SGLang",
         "txn545/Qwen3.5-27B-NVFP4 (ModelOpt) quantizes the Gated-DeltaNet projections; SGLang built them unquantized "
-        "(`quant_config=None` forced for `modelopt_fp4`, PR #31220) and refused `Parameter "
-        "model.layers.0.linear_attn.in_proj_a.input_scale not found in params_dict`.",
-        "The declaration excludes nothing the shards quantize: SGLang's hard-coded override.",
+        "and refused `Parameter model.layers.0.linear_attn.in_proj_a.input_scale not found in params_dict`.",
+        "The declaration excludes nothing the shards quantize: `Qwen3_5LinearDecoderLayer` forced `quant_config=None` "
+        "for every `modelopt_fp4` checkpoint (since PR #18937, for NVIDIA's export, whose attention is BF16; PR #31220 "
+        "reads `exclude_modules` instead).",
         "",
         _qwen3_5_linear_attention,
+        None,
+        None,
+    ),
+    ReportedFailure(
+        "sglang-22287-qwen3-5-bf16-linear-attention-dropped",
+        "https://github.com/sgl-project/sglang/issues/22287",
+        "SGLang",
+        "RedHatAI/Qwen3.5-35B-A3B-NVFP4 and -122B-A10B-NVFP4 (llm-compressor) produce garbage and a CUDA assertion in "
+        "`torch.multinomial`: the BF16 weights of every `linear_attn` (Gated-DeltaNet) layer are silently dropped. "
+        "Their `ignore` lists 635 entries, 270 of them `linear_attn`; `Qwen3_5LinearDecoderLayer` builds the layer "
+        "unquantized only for `modelopt_fp4` (PR #22618 extends it).",
+        "The checkpoint declares what it stores (BF16 projections, each ignored by name): SGLang's guard.",
+        "",
+        _qwen3_5_moe_bf16_linear_attention,
         None,
         None,
     ),
