@@ -694,4 +694,7 @@ def document() -> str:
             if case.defect is not None:
                 lines.append(f"- **The replica's edit:** {case.edit}.")
             lines.append(f"- **`check`:** {case.verdict}.")
+            if isinstance(case.expected, Miss):
+                named = f"`{case.expected.names}`" if case.expected.names else "any tensor or the config"
+                lines.append(f"- **Once a rule covers it:** a finding of at least {case.expected.severity} on {named}.")
     return "\n".join(lines) + "\n"
