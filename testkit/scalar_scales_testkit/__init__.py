@@ -6,6 +6,8 @@
 - ``engine``: how the engine tests and the serving benchmark start vLLM's engine, one rank or several.
 - ``hub_server``: a local server that answers as the Hugging Face Hub does, for ``check hf://``.
 - ``synthetic``: a DeepSeek-V4-Flash-shaped NVFP4 checkpoint written without torch.
+- ``replicas``: tiny checkpoints written to a reported checkpoint's header layout.
+- ``reported``: failures users reported in public threads, as replicas, with what ``check`` must say of each.
 - ``producer``: the toy quantized through each llm-compressor save path, and loaded for reference.
 - ``roundtrip``: the round trip's artifacts, its fixed prompts and the results it records.
 - ``toys``: toy MoE architectures beyond the built-in Qwen3-MoE (OLMoE, Qwen2-MoE, DeepSeek-V3).
@@ -22,6 +24,8 @@ __all__ = [
     "engine",
     "hub_server",
     "producer",
+    "replicas",
+    "reported",
     "roundtrip",
     "synthetic",
     "toys",
