@@ -6,7 +6,10 @@ imports its MoE loader, and, on the CPU platform only, the NVFP4 emulation
 once vLLM imports its NVFP4 code. So a front-end process that never loads a
 model patches nothing, and a GPU process never imports the emulation or
 registers its torch ops. Whatever goes wrong is one warning line through
-vLLM's logger, never an error in vLLM's start.
+vLLM's logger, never an error in vLLM's start. Nothing here imports torch: the
+loader patches (:mod:`vllm_patch.loaders`) are imported by :func:`apply`, once
+vLLM has imported its MoE loader, so that where vLLM or torch is not
+installed, importing the plugin and registering it do nothing, quietly.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ from typing import Any
 
 from scalar_scales.import_hook import once_imported
 from scalar_scales.patching import UnsupportedUpstreamError
-from vllm_patch.loaders import LOADER_PATCHES
 from vllm_patch.platform_gate import current_platform, should_emulate
 from vllm_patch.targets import LOADER_MODULES, emulated_modules
 from vllm_patch.vllm_logging import vllm_logger
@@ -29,6 +31,7 @@ __all__ = ["ENTRY_POINT", "apply", "apply_emulation", "is_applied", "register", 
 ENTRY_POINT = "scalar_scales"
 """Our name in ``vllm.general_plugins``, the one ``VLLM_PLUGINS`` lists."""
 _EMULATION_PACKAGE = "vllm_patch.nvfp4_emulation"
+_LOADERS = "vllm_patch.loaders"
 
 
 def register() -> None:
@@ -39,7 +42,9 @@ def register() -> None:
     """
     try:
         import vllm.envs
-
+    except ModuleNotFoundError:  # no vLLM here (or no torch, which it imports): nothing to patch
+        return
+    try:
         allowed = vllm.envs.VLLM_PLUGINS
         if allowed is not None and ENTRY_POINT not in allowed:
             return
@@ -68,6 +73,8 @@ def _never_raising(action: Callable[[], Any], failure: str) -> Callable[[], None
 def apply() -> list[str]:
     """Patch the installed vLLM's MoE loader, with one log line; return what is patched (empty if nothing could
     be, which a warning line says once)."""
+    from vllm_patch.loaders import LOADER_PATCHES
+
     if LOADER_PATCHES.refusal is not None:
         return []
     try:
@@ -107,8 +114,11 @@ def apply_emulation(module: str) -> None:
 
 
 def revert() -> None:
-    """Restore every patched vLLM function exactly (for side-by-side tests and benchmarks)."""
-    LOADER_PATCHES.revert()
+    """Restore every patched vLLM function exactly (for side-by-side tests and benchmarks); nothing to do where
+    the patches were never imported."""
+    loaders = sys.modules.get(_LOADERS)
+    if loaders is not None:
+        loaders.LOADER_PATCHES.revert()
     emulation = sys.modules.get(_EMULATION_PACKAGE)
     if emulation is not None:
         for patches in emulation.EMULATION_PATCHES.values():
@@ -117,4 +127,5 @@ def revert() -> None:
 
 def is_applied() -> bool:
     """Whether the MoE loader is patched."""
-    return LOADER_PATCHES.is_applied()
+    loaders = sys.modules.get(_LOADERS)  # never applied where not imported: importing it would import torch
+    return loaders is not None and bool(loaders.LOADER_PATCHES.is_applied())

@@ -10,7 +10,10 @@ nor the expert, so ours does.
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # a tensor's own methods are all it calls: importing the plugin imports no torch
+    import torch
 
 __all__ = ["ScaleShapeError", "to_scalar"]
 
