@@ -1,14 +1,22 @@
-"""A diffusers transformer folder (Wan 2.2's layout, auto-round #2380) is read as users point at it."""
+"""A diffusers transformer folder (Wan 2.2's layout, auto-round #2380) is read as users point at it, and its
+attentions' fused partners are held to one global scale where an engine fuses them, and only there."""
 
 from __future__ import annotations
 
 import json
+
+import pytest
 
 from scalar_scales.doctor import RULES
 from scalar_scales.migration import migrate_checkpoint
 from scalar_scales.sources import DIFFUSERS_INDEX_NAME, DIFFUSERS_SINGLE_FILE_NAME, resolve_checkpoint
 from scalar_scales_testkit.cli import run_cli_in_process
 from scalar_scales_testkit.diffusion import wan_transformer
+
+SELF_ATTENTION = "blocks.0.attn1"
+CROSS_ATTENTION = "blocks.1.attn2"
+ISSUE_2380 = {"to_q": 12343.1035, "to_k": 5334.3257, "to_v": 8001.4883}
+"""blocks.0.attn1's weight global scales in auto-round #2380's Wan2.2-T2V-A14B export."""
 
 
 def check(folder) -> tuple[int, list[dict]]:
@@ -50,6 +58,33 @@ def test_a_diffusers_shard_named_alone_is_refused_as_its_index_names_it(tmp_path
     result = run_cli_in_process("check", shard)
     assert result.returncode == 2
     assert f"is a shard of the checkpoint {folder} (its {DIFFUSERS_INDEX_NAME} names it)" in result.stderr
+
+
+def test_self_attention_to_q_to_k_to_v_that_differ_are_an_nv303_error(tmp_path):
+    scales = {f"{SELF_ATTENTION}.{projection}": value for projection, value in ISSUE_2380.items()}
+    code, findings = check(wan_transformer(tmp_path / "transformer", weight_global=scales))
+    assert code == 1
+    assert [(f["code"], f["severity"], f["tensor"]) for f in findings] == [
+        ("NV303", "error", f"{SELF_ATTENTION}.to_k.weight_global_scale"),
+        ("NV303", "error", f"{SELF_ATTENTION}.to_v.weight_global_scale"),
+    ]
+    assert findings[0]["detail"].endswith("differs from to_q's 12343.103515625")
+    assert "vLLM-Omni loads this self-attention's to_q, to_k and to_v into one to_qkv" in findings[0]["why"]
+
+
+@pytest.mark.parametrize("differs", ["to_k", "to_v"])
+def test_a_cross_attention_to_k_apart_from_its_to_v_is_an_nv303_error(tmp_path, differs):
+    scales = {f"{CROSS_ATTENTION}.{differs}": 2000.0}
+    code, findings = check(wan_transformer(tmp_path / "transformer", weight_global=scales))
+    assert code == 1
+    assert [(f["code"], f["tensor"]) for f in findings] == [("NV303", f"{CROSS_ATTENTION}.to_v.weight_global_scale")]
+    assert "concatenates a cross-attention's to_k and to_v into one to_kv" in findings[0]["why"]
+
+
+def test_a_cross_attention_to_q_apart_from_its_to_k_and_to_v_is_clean(tmp_path):
+    """diffusers fuses a cross-attention's to_k and to_v only; its to_q reads the image, they the text."""
+    scales = {f"{CROSS_ATTENTION}.to_q": 12343.1035}
+    assert check(wan_transformer(tmp_path / "transformer", weight_global=scales)) == (0, [])
 
 
 def test_migrate_makes_a_legacy_diffusers_folder_scalar_and_marks_its_config(tmp_path):
