@@ -4,6 +4,7 @@ attentions' fused partners are held to one global scale where an engine fuses th
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -12,6 +13,7 @@ from scalar_scales.migration import migrate_checkpoint
 from scalar_scales.sources import DIFFUSERS_INDEX_NAME, DIFFUSERS_SINGLE_FILE_NAME, resolve_checkpoint
 from scalar_scales_testkit.cli import run_cli_in_process
 from scalar_scales_testkit.diffusion import wan_transformer
+from scalar_scales_testkit.publishing import commit_all, git, git_repository
 
 SELF_ATTENTION = "blocks.0.attn1"
 CROSS_ATTENTION = "blocks.1.attn2"
@@ -70,6 +72,20 @@ def test_self_attention_to_q_to_k_to_v_that_differ_are_an_nv303_error(tmp_path):
     ]
     assert findings[0]["detail"].endswith("differs from to_q's 12343.103515625")
     assert "vLLM-Omni loads this self-attention's to_q, to_k and to_v into one to_qkv" in findings[0]["why"]
+
+
+def test_check_staged_reads_a_diffusers_folder_as_git_stages_it(tmp_path):
+    """The pre-commit hook's source: a staged shard of diffusers' names, by diffusers' index, is the one checked."""
+    repository = git_repository(tmp_path / "model")
+    folder = wan_transformer(repository / "transformer")
+    commit_all(repository, "transformer")
+    differing = wan_transformer(tmp_path / "differing", weight_global={f"{SELF_ATTENTION}.to_k": 2000.0})
+    for shard in differing.glob("*.safetensors"):
+        shutil.copy(shard, folder / shard.name)
+    git(repository, "add", "-A")
+    result = run_cli_in_process("check", "--staged", folder, "--json")
+    findings = json.loads(result.stdout)["findings"]
+    assert [(f["code"], f["tensor"]) for f in findings] == [("NV303", f"{SELF_ATTENTION}.to_k.weight_global_scale")]
 
 
 @pytest.mark.parametrize("differs", ["to_k", "to_v"])
