@@ -36,6 +36,7 @@ from scalar_scales.nvfp4 import (
 )
 
 __all__ = [
+    "CROSS_ATTENTION",
     "FUSED_PARTNERS",
     "fused_scales_differ",
     "invalid_scale_value",
@@ -52,10 +53,23 @@ FUSED_PARTNERS: tuple[tuple[str, ...], ...] = (
     ("w1", "w3"),
     ("q_proj", "k_proj", "v_proj"),
     ("q_a_proj", "kv_a_proj_with_mqa"),
+    ("to_q", "to_k", "to_v"),
 )
 """Sibling projections vLLM loads into one fused module (``gate_up_proj``, the experts' ``w13``, ``qkv_proj``,
 DeepSeek's ``fused_qkv_a_proj``), which has one global scale: llm-compressor's ``FUSED_LAYER_NAMES``. The first
-member is the one an expert's ``w13`` keeps."""
+member is the one an expert's ``w13`` keeps. A diffusers attention's ``to_q``, ``to_k`` and ``to_v`` are one
+``to_qkv`` in self-attention (diffusers' ``fuse_projections``; vLLM-Omni's ``to_qkv``, a ``QKVParallelLinear``),
+and in cross-attention ``to_k`` and ``to_v`` alone are one ``to_kv`` (:data:`CROSS_ATTENTION`)."""
+
+CROSS_ATTENTION = frozenset(
+    {"attn2", "audio_attn2", "cross_attn", "cross_attention", "audio_to_video_attn", "video_to_audio_attn"}
+)
+"""What diffusers' transformers name their cross-attention modules (``WanTransformerBlock.attn2``,
+``BasicTransformerBlock.attn2``, LTX-2's audio-video attentions, ...), whose ``fuse_projections`` fuses ``to_k``
+and ``to_v`` into ``to_kv`` and leaves ``to_q`` apart: its query reads the image, its key and value the text.
+SD3's dual ``attn2`` is a self-attention that the name takes for a cross-attention, so its ``to_q`` goes
+unchecked there: a finding missed, never a false one."""
+_QUERY = "to_q"
 
 _INPUT_BOUND = {layout.producer: layout.other_convention_bound(layout.input_global) for layout in LAYOUTS.values()}
 """Past what value an input scale is the other convention's, in each layout (NV302's explanation gives them)."""
@@ -329,6 +343,21 @@ def other_convention(shard: ShardView) -> Iterator[Found]:
         | `w1`, `w3` (Mixtral-style experts) | `w13` |
         | `q_proj`, `k_proj`, `v_proj` | `qkv_proj` |
         | `q_a_proj`, `kv_a_proj_with_mqa` (DeepSeek MLA) | `fused_qkv_a_proj` |
+        | `to_q`, `to_k`, `to_v` (a diffusers self-attention: Wan's `attn1`) | vLLM-Omni's `to_qkv` |
+        | `to_k`, `to_v` (a diffusers cross-attention: `attn2`) | diffusers' `to_kv` |
+
+        The diffusers rows are read, not run: diffusers' `fuse_projections`
+        concatenates a self-attention's `to_q`, `to_k` and `to_v` into `to_qkv`,
+        and a cross-attention's `to_k` and `to_v` alone into `to_kv`. vLLM-Omni
+        loads Wan's `attn1.to_q`, `to_k` and `to_v` into one `QKVParallelLinear`
+        and its `attn2` projections apart (`WanTransformer3DModel.load_weights`,
+        `vllm_omni/diffusion/models/wan2_2/wan2_2_transformer.py`); SGLang's Wan
+        keeps all three apart (`WanTransformerBlock`,
+        `multimodal_gen/runtime/models/dits/wanvideo.py`). A cross-attention's
+        `to_q` is fused with nothing and compared with nothing. In auto-round
+        #2380, every one of a Wan 2.2 NVFP4 export's 80 self-attentions held
+        three different global scales, and vLLM-Omni warned that accuracy may be
+        reduced.
 
         When their global scales differ, an expert's `w13` keeps `gate_proj`'s
         (`w1`'s) and logs `w1_weight_global_scale must match w3_weight_global_scale`
@@ -362,6 +391,8 @@ def fused_scales_differ(checkpoint: CheckpointView) -> Iterator[Found]:
                 continue
             holding = compress(owners, map(operator.eq, projections, repeat(first)))
             parents = [parent for parent in holding if parent not in settled] if settled else list(holding)
+            if first == _QUERY:  # a cross-attention's to_q is fused with nothing; its to_k and to_v come next
+                parents = [parent for parent in parents if _leaf(parent) not in CROSS_ATTENTION]
             settled.update(parents)
             kept = list(map(value_of.__getitem__, map(operator.add, parents, repeat(f".{first}"))))
             for member in partners[k + 1 :]:
@@ -456,6 +487,17 @@ def _other_convention_message(value: float, leaf: str, layout: ProducerLayout) -
 
 def _partner_message(parent: str, first: str, kept: float, value: float, layout: ProducerLayout) -> tuple[str, str]:
     scale = layout.weight_global
+    if first == _QUERY:
+        return f"{scale} {value!r} differs from {first}'s {kept!r}", (
+            "vLLM-Omni loads this self-attention's to_q, to_k and to_v into one to_qkv, vLLM's fused module, which "
+            "keeps the largest and warns that accuracy will likely be reduced (read, not run: auto-round #2380); "
+            "diffusers' fuse_projections concatenates them into one to_qkv"
+        )
+    if first == "to_k":
+        return f"{scale} {value!r} differs from {first}'s {kept!r}", (
+            "diffusers' fuse_projections concatenates a cross-attention's to_k and to_v into one to_kv, a module "
+            "with one global scale (read, not run); vLLM-Omni's and SGLang's Wan load them apart"
+        )
     if _EXPERT.search(parent):
         effect = f"vLLM's fused w13 keeps {first}'s and warns \"w1_{scale} must match w3_{scale}\""
     else:

@@ -14,12 +14,16 @@ from typing import TYPE_CHECKING
 
 from scalar_scales.sources.checkpoint import (
     CONFIG_NAME,
+    DIFFUSERS_INDEX_NAME,
+    DIFFUSERS_SINGLE_FILE_NAME,
     INDEX_NAME,
+    INDEX_NAMES,
     SINGLE_FILE_NAME,
     UNIQUE_KEYS,
     CheckpointLocation,
     OpenedCheckpoint,
     ShardSource,
+    index_name,
     shard_name,
     shard_names,
     weight_map_of,
@@ -42,8 +46,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONFIG_NAME",
+    "DIFFUSERS_INDEX_NAME",
+    "DIFFUSERS_SINGLE_FILE_NAME",
     "HUB_PREFIX",
     "INDEX_NAME",
+    "INDEX_NAMES",
     "LOCAL_SHARDS",
     "MODELOPT_CONFIG_NAME",
     "SINGLE_FILE_NAME",
@@ -58,6 +65,7 @@ __all__ = [
     "RemoteCheckpoint",
     "ShardSource",
     "declaration",
+    "index_name",
     "is_hub_address",
     "open_checkpoint",
     "open_hub_checkpoint",

@@ -2,9 +2,13 @@
 
 A checkpoint is a folder (or a Hub repository) with
 ``model.safetensors.index.json``, or with one ``model.safetensors``, or a
-single ``.safetensors`` file. Which of these it is, and which shards it
-has, is decided once (:func:`shard_names`) for local folders and Hub
-repositories alike. What its configs declare is read by
+single ``.safetensors`` file; or a diffusers model folder (a pipeline's
+``transformer/``), whose names for these are
+``diffusion_pytorch_model.safetensors.index.json`` and
+``diffusion_pytorch_model.safetensors``, beside a ``config.json`` that names
+its ``_class_name`` and holds its ``quantization_config`` as transformers'
+does. Which of these it is, and which shards it has, is decided once
+(:func:`shard_names`) for local folders and Hub repositories alike. What its configs declare is read by
 :mod:`scalar_scales.sources.declaration`.
 """
 
@@ -24,7 +28,10 @@ from scalar_scales.sources.hub_address import HubAddress
 
 __all__ = [
     "CONFIG_NAME",
+    "DIFFUSERS_INDEX_NAME",
+    "DIFFUSERS_SINGLE_FILE_NAME",
     "INDEX_NAME",
+    "INDEX_NAMES",
     "SINGLE_FILE_NAME",
     "UNIQUE_KEYS",
     "CheckpointLocation",
@@ -33,6 +40,7 @@ __all__ = [
     "ScaleSelector",
     "ShardRead",
     "ShardSource",
+    "index_name",
     "shard_name",
     "shard_names",
     "weight_map_of",
@@ -41,6 +49,13 @@ __all__ = [
 CONFIG_NAME = "config.json"
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_FILE_NAME = "model.safetensors"
+DIFFUSERS_INDEX_NAME = "diffusion_pytorch_model.safetensors.index.json"
+DIFFUSERS_SINGLE_FILE_NAME = "diffusion_pytorch_model.safetensors"
+_NAMES = ((INDEX_NAME, SINGLE_FILE_NAME), (DIFFUSERS_INDEX_NAME, DIFFUSERS_SINGLE_FILE_NAME))
+"""Each library's index and the single file a folder holds without one: transformers' (``save_pretrained`` of a
+model) and diffusers' (``ModelMixin.save_pretrained``: ``_add_variant(SAFE_WEIGHTS_NAME)`` and
+``SAFE_WEIGHTS_INDEX_NAME`` of ``diffusers.utils.constants``), looked for in that order."""
+INDEX_NAMES = tuple(index for index, _ in _NAMES)
 UNIQUE_KEYS = {CONFIG_NAME: "quantization_config", MODELOPT_CONFIG_NAME: "quantization"}
 """What a tool reads of each JSON file to decide, in which no key may be given twice (``files.json_document``)."""
 
@@ -139,9 +154,15 @@ def shard_name(path: Path | str) -> str:
     return path.name if isinstance(path, Path) else path.rpartition("/")[2]
 
 
+def index_name(is_listed: Callable[[str], bool]) -> str | None:
+    """The name of the index the checkpoint has (``is_listed(name)``: it has that file), transformers' or
+    diffusers'; None without one."""
+    return next(filter(is_listed, INDEX_NAMES), None)
+
+
 def shard_names(
     is_listed: Callable[[str], bool],
-    read_index: Callable[[], dict[str, Any]],
+    read_index: Callable[[str], dict[str, Any]],
     root: str | os.PathLike[str],
     label: Callable[[str], str],
     *,
@@ -149,18 +170,23 @@ def shard_names(
 ) -> tuple[list[str], dict[str, str] | None]:
     """The shards of the checkpoint at ``root``, and its index's ``weight_map`` (None without an index).
 
-    ``is_listed(name)``: the checkpoint has that file; ``read_index()``: its
-    index, parsed; ``label(name)``: how errors name a file; ``missing``: what
-    a shard the index names and the checkpoint lacks is said to be.
+    ``is_listed(name)``: the checkpoint has that file; ``read_index(name)``:
+    the index of that name, parsed; ``label(name)``: how errors name a file;
+    ``missing``: what a shard the index names and the checkpoint lacks is
+    said to be.
     """
-    if is_listed(INDEX_NAME):
-        weight_map, names = weight_map_of(read_index(), label(INDEX_NAME))
+    if (index := index_name(is_listed)) is not None:
+        weight_map, names = weight_map_of(read_index(index), label(index))
         if absent := [name for name in names if not is_listed(name)]:
-            raise CheckpointError(label(absent[0]), f"named in {INDEX_NAME} but {missing}")
+            raise CheckpointError(label(absent[0]), f"named in {index} but {missing}")
         return names, weight_map
-    if is_listed(SINGLE_FILE_NAME):
-        return [SINGLE_FILE_NAME], None
-    raise CheckpointError(root, f"holds neither {INDEX_NAME} nor {SINGLE_FILE_NAME}")
+    if (single := next((name for _, name in _NAMES if is_listed(name)), None)) is not None:
+        return [single], None
+    raise CheckpointError(
+        root,
+        f"holds neither {INDEX_NAME} nor {SINGLE_FILE_NAME} (nor diffusers' {DIFFUSERS_INDEX_NAME} or "
+        f"{DIFFUSERS_SINGLE_FILE_NAME})",
+    )
 
 
 def weight_map_of(index: dict[str, Any], path: str | os.PathLike[str]) -> tuple[dict[str, str], list[str]]:

@@ -79,7 +79,7 @@ from scalar_scales.files.scalars import read_scalars
 from scalar_scales.shell import command
 from scalar_scales.sources.checkpoint import (
     CONFIG_NAME,
-    INDEX_NAME,
+    INDEX_NAMES,
     UNIQUE_KEYS,
     OpenedCheckpoint,
     ScaleSelector,
@@ -668,13 +668,13 @@ def open_hub_checkpoint(address: str) -> OpenedCheckpoint:
         except CheckpointError as error:
             raise _with_subfolder_hint(error, hub) from None
         shards = HubShards(root, hub.repo_id, commit)
-        wanted = [name for name in (CONFIG_NAME, MODELOPT_CONFIG_NAME, INDEX_NAME) if name in siblings]
+        wanted = [name for name in (CONFIG_NAME, MODELOPT_CONFIG_NAME, *INDEX_NAMES) if name in siblings]
         found = await together([shards.read_json(client, name) for name in wanted])
         return commit, siblings, shards, dict(zip(wanted, found, strict=True))
 
     commit, siblings, shards, documents = run(opening, where=root)
     config, modelopt_config = documents.get(CONFIG_NAME), documents.get(MODELOPT_CONFIG_NAME)
-    names, weight_map = shard_names(siblings.__contains__, lambda: documents[INDEX_NAME], root, shards.label)
+    names, weight_map = shard_names(siblings.__contains__, documents.__getitem__, root, shards.label)
     shards.first_reads = header_estimate(weight_map)
     checkpoint = RemoteCheckpoint(
         root=root,

@@ -24,11 +24,11 @@ from scalar_scales.shell import command as shell_command
 from scalar_scales.shell import path_argument
 from scalar_scales.sources.checkpoint import (
     CONFIG_NAME,
-    INDEX_NAME,
     UNIQUE_KEYS,
     OpenedCheckpoint,
     ScaleSelector,
     ShardRead,
+    index_name,
     shard_names,
     weight_map_of,
 )
@@ -54,7 +54,8 @@ class Checkpoint:
     path (a file in it, the folder, a link): one checkpoint, one lock.
     ``file`` is the ``.safetensors`` file a user named, where it was one;
     otherwise the shards are the folder's, as :func:`shard_names` decides
-    (the index's, or ``model.safetensors``), when first asked for.
+    (the index's, or ``model.safetensors``; diffusers' names too), when first
+    asked for.
     """
 
     root: Path
@@ -75,7 +76,8 @@ class Checkpoint:
     @property
     def index(self) -> Path | None:
         """The index file, where the checkpoint has one."""
-        return None if self.weight_map is None else self.root / INDEX_NAME
+        name = None if self.weight_map is None else index_name(lambda name: _kind(self.root / name) != "missing")
+        return None if name is None else self.root / name
 
     @cached_property
     def _shards(self) -> tuple[tuple[Path, ...], dict[str, str] | None]:
@@ -84,7 +86,7 @@ class Checkpoint:
         root = self.root
         names, weight_map = shard_names(
             lambda name: _kind(root / name) != "missing",
-            lambda: read_json_object(_regular(root / INDEX_NAME)),
+            lambda name: read_json_object(_regular(root / name)),
             root,
             lambda n: str(root / n),
         )
@@ -92,7 +94,8 @@ class Checkpoint:
 
 
 def resolve_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
-    """A folder (index or single ``model.safetensors``) or a single ``.safetensors`` file.
+    """A folder (index or single ``model.safetensors``, or diffusers' names for them) or a single ``.safetensors``
+    file.
 
     Every file it names must be a regular file (or a link to one): a
     dangling link, a folder or a FIFO where a shard, the index or
@@ -131,12 +134,12 @@ def refuse_a_shard(checkpoint: Checkpoint, command: str, because: str) -> None:
     if checkpoint.file is None:
         return
     folder = checkpoint.root.parent
-    if _kind(folder / INDEX_NAME) != "missing":
-        index = folder / INDEX_NAME
+    if (name := index_name(lambda name: _kind(folder / name) != "missing")) is not None:
+        index = folder / name
         _, names = weight_map_of(read_json_object(_regular(index)), index)
         if checkpoint.root.name not in names:
             return
-        why = f"its {INDEX_NAME} names it"
+        why = f"its {name} names it"
     elif _kind(folder / CONFIG_NAME) != "missing":
         why = f"its folder holds {CONFIG_NAME}"
     else:

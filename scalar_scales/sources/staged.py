@@ -36,7 +36,7 @@ from scalar_scales.files.json_document import MAX_JSON_BYTES, json_object
 from scalar_scales.files.scalars import read_scalars
 from scalar_scales.sources.checkpoint import (
     CONFIG_NAME,
-    INDEX_NAME,
+    INDEX_NAMES,
     UNIQUE_KEYS,
     OpenedCheckpoint,
     ScaleSelector,
@@ -64,7 +64,7 @@ _NOT_STAGED = (
 def is_checkpoint_file(name: str) -> bool:
     """A file of a checkpoint's folder that ``check`` reads, or that decides which shards it has: a change to any
     other file (a README, the tokenizer) cannot change what ``check`` finds."""
-    return name.endswith(".safetensors") or name in (INDEX_NAME, CONFIG_NAME, MODELOPT_CONFIG_NAME)
+    return name.endswith(".safetensors") or name in (*INDEX_NAMES, CONFIG_NAME, MODELOPT_CONFIG_NAME)
 
 
 class _Entry(NamedTuple):
@@ -214,7 +214,7 @@ def _open(root: Path, git: _Git, staged: dict[str, list[_Entry]]) -> OpenedCheck
     )
     names, weight_map = shard_names(
         staged.__contains__,
-        lambda: json_object(source.read_file(INDEX_NAME, MAX_JSON_BYTES), root / INDEX_NAME),
+        lambda name: json_object(source.read_file(name, MAX_JSON_BYTES), root / name),
         root,
         lambda name: str(root / name),
         missing=_NOT_STAGED,

@@ -12,6 +12,7 @@ from scalar_scales.nvfp4 import COMPRESSED_TENSORS_LAYOUT, MODELOPT_LAYOUT
 from scalar_scales.sources import shard_name
 from scalar_scales_testkit.broken import CORPUS, MODELOPT_CORPUS, clean_checkpoint
 from scalar_scales_testkit.cli import corrupt_header, make_checkpoint, run_cli, run_cli_in_process, shards
+from scalar_scales_testkit.diffusion import wan_transformer
 from scalar_scales_testkit.hub_server import HubRepository, client_environment, serve_hub
 from scalar_scales_testkit.modelopt_exports import copy_of_export
 from scalar_scales_testkit.synthetic import write_synthetic_checkpoint
@@ -53,6 +54,13 @@ def test_a_remote_check_finds_what_the_local_check_finds(tmp_path, clean, layout
     assert remote.returncode == local.returncode != 2, remote.stderr
     assert comparable(remote) == comparable(local)
     assert {f["file"].rpartition("/")[0] for f in json.loads(remote.stdout)["findings"]} <= {"hf://org/model"}
+
+
+def test_a_diffusers_repository_is_read_by_its_index_and_shard_names_as_a_folder_is(tmp_path):
+    checkpoint = wan_transformer(tmp_path / "transformer", weight_global={"blocks.0.attn1.to_k": 2000.0})
+    local, remote, _ = check_both(checkpoint, tmp_path)
+    assert remote.returncode == local.returncode == 1, remote.stderr
+    assert comparable(remote) == comparable(local) != []
 
 
 def test_the_report_counts_the_bytes_the_server_sent(tmp_path):
