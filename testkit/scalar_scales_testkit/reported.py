@@ -114,18 +114,23 @@ _QWEN3_5_EXPERT = "model.language_model.layers.0.mlp.experts.1"
 _MLP = ("gate_proj", "up_proj", "down_proj")
 
 
+def _moe_layer(prefix: str, module: Callable[[str], list[Tensor]]) -> list[Tensor]:
+    """An MoE decoder layer's tensors, each projection written by ``module`` (a producer's): attention, two
+    experts unfused, and the router in BF16."""
+    tensors = [tensor for projection in _ATTENTION for tensor in module(f"{prefix}.self_attn.{projection}")]
+    for expert in range(2):
+        for projection in _MLP:
+            tensors += module(f"{prefix}.mlp.experts.{expert}.{projection}")
+    return [*tensors, bf16(f"{prefix}.mlp.gate.weight", 2, 64)]
+
+
 def _modelopt_moe(
     prefix: str = "model.layers.0", architecture: str = "Qwen3MoeForCausalLM", lm_head: str = "lm_head"
 ) -> Replica:
     """A ModelOpt NVFP4 MoE layer as ``export_hf_checkpoint`` writes it: experts unfused, attention quantized,
     the router and ``lm_head`` in BF16 and excluded by name, every scale 0-D."""
     tensors = [bf16("model.embed_tokens.weight", 128, 64), bf16("lm_head.weight", 128, 64)]
-    for projection in _ATTENTION:
-        tensors += modelopt_module(f"{prefix}.self_attn.{projection}")
-    for expert in range(2):
-        for projection in _MLP:
-            tensors += modelopt_module(f"{prefix}.mlp.experts.{expert}.{projection}")
-    tensors.append(bf16(f"{prefix}.mlp.gate.weight", 2, 64))
+    tensors += _moe_layer(prefix, modelopt_module)
     exclude = (lm_head, f"{prefix}.mlp.gate")
     return Replica(
         {"model.safetensors": tensors}, {"architectures": [architecture]}, modelopt_config(exclude_modules=exclude)
@@ -157,13 +162,7 @@ def _ct_dense(architecture: str, *, activations: bool = True) -> Replica:
 
 def _ct_moe(prefix: str, architecture: str, ignore: tuple[str, ...] = ("lm_head",)) -> Replica:
     """A compressed-tensors NVFP4 MoE layer: experts unfused, the router in BF16 (vLLM builds it unquantized)."""
-    tensors = [bf16("lm_head.weight", 128, 64)]
-    for projection in _ATTENTION:
-        tensors += ct_module(f"{prefix}.self_attn.{projection}")
-    for expert in range(2):
-        for projection in _MLP:
-            tensors += ct_module(f"{prefix}.mlp.experts.{expert}.{projection}")
-    tensors.append(bf16(f"{prefix}.mlp.gate.weight", 2, 64))
+    tensors = [bf16("lm_head.weight", 128, 64), *_moe_layer(prefix, ct_module)]
     return Replica({"model.safetensors": tensors}, ct_config(architecture, ignore=ignore))
 
 
