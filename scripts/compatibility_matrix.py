@@ -91,7 +91,7 @@ def check_releases(rows: list[dict[str, Any]]) -> None:
     expected = {version for _, _, version in releases["producer"]}
     if produced != expected:
         raise ResultsError(f"producers {sorted(produced)} in the results, {sorted(expected)} in scripts/suites.toml")
-    for role in ("producer", "vllm", "sglang"):
+    for role in ("producer", "transformers", "vllm", "sglang"):
         for name, package, version in releases[role]:
             if not any(r["versions"].get(package) == version for r in rows):
                 raise ResultsError(f"{package} {version} (scripts/suites.toml, {name}): no results recorded")
