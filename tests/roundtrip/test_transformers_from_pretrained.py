@@ -11,6 +11,11 @@ transformers release), on the artifacts of every producer.
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import re
+from collections.abc import Iterator
+
 import compressed_tensors
 import pytest
 import torch
@@ -60,16 +65,47 @@ def experts_error(loaded: dict[str, torch.Tensor], unquantized: dict[str, torch.
     )
 
 
+class Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.extend(record.getMessage().splitlines())
+
+
+@contextlib.contextmanager
+def load_report() -> Iterator[list[str]]:
+    """The lines transformers logs while loading: its load report, which its error on a size mismatch points to."""
+    handler = Lines()
+    logging.getLogger("transformers").addHandler(handler)
+    try:
+        yield handler.lines
+    finally:
+        logging.getLogger("transformers").removeHandler(handler)
+
+
+def mismatch(report: list[str]) -> str:
+    """The load report's first MISMATCH row by name (its order varies), in one line: the tensors, and the shapes on
+    disk and in the model."""
+    row = min(line for line in report if "| MISMATCH" in line)
+    name, _, reason = (re.sub(r"\x1b\[[0-9;]*m", "", part).strip() for part in row.split("|")[:3])
+    return f"{name}: {reason}"
+
+
 def load(artifact: Artifact, patched: bool, prompt_ids: torch.Tensor, unquantized: dict[str, torch.Tensor]) -> Result:
     result = Result(CONSUMER, FIXES[patched], artifact, loads=False, scales_scope=SCOPE)
     try:
         if patched:
             compressed_tensors_patch.apply()
-        model = AutoModelForCausalLM.from_pretrained(artifact.path, dtype=torch.bfloat16)
+        with load_report() as report:
+            model = AutoModelForCausalLM.from_pretrained(artifact.path, dtype=torch.bfloat16)
         with torch.no_grad():
             logits = model(prompt_ids).logits
     except Exception as error:
         result.error = error_line(error)
+        if "ignore_mismatched_sizes" in result.error:
+            result.error += f" (its load report: {mismatch(report)})"
         return result
     finally:
         compressed_tensors_patch.revert()
@@ -123,6 +159,9 @@ def test_without_the_patch_1_shaped_forms_load_and_0d_ones_where_the_release_tak
     assert result.loads == loads_as_observed(artifact, False), result.error
     if not result.loads:
         assert result.error.startswith("RuntimeError: You set `ignore_mismatched_sizes` to `False`")
+        assert result.error.endswith(
+            "_global_scale: Reinit due to size mismatch - ckpt: torch.Size([]) vs model:torch.Size([1]))"
+        )
 
 
 def test_with_the_patch_every_form_loads_where_it_supports_this_transformers_and_it_refuses_the_others(
