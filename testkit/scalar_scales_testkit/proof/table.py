@@ -16,7 +16,7 @@ PROJECT = Path(__file__).resolve().parents[3]
 """The checkout (testkit/scalar_scales_testkit/proof/ lives three folders below its root)."""
 TABLE = PROJECT / "scripts" / "suites.toml"
 
-ROLES = ("producer", "vllm", "sglang", "exporter", "publishing")
+ROLES = ("producer", "transformers", "vllm", "sglang", "exporter", "publishing")
 NEW = ("python", "torch")
 ENVIRONMENT_KEYS = {"summary", "from", "uninstall", "no-deps", "install", "overlay", "stand-ins", "release", "role"}
 SUITE_KEYS = {"name", "env", "pytest", "run", "reads", "writes", "cache", "full", "seconds", "group"}

@@ -1,0 +1,98 @@
+"""scripts/compatibility_matrix.py's transformers rows: the decision guide says what each stack computed against the
+reference logits, by how much it missed them, or the error it failed with (the full run's results feed it; these
+rows are made here as the round-trip tests record them)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "compatibility_matrix.py"
+KIT = "transformers 5.17.0 + compressed-tensors 0.20.1"
+PLAIN = "transformers 5.25.0 from_pretrained + compressed-tensors 0.20.1"
+
+
+@pytest.fixture(scope="module")
+def matrix() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("compatibility_matrix", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def row(family: str, consumer: str, form: str, scheme: str = "NVFP4", **details: Any) -> dict[str, Any]:
+    error = details.pop("error", None)
+    return {
+        "family": family,
+        "consumer": consumer,
+        "fix": "none",
+        "artifact": {"producer": "0.20.1", "scheme": scheme, "form": form},
+        "loads": error is None,
+        "error": error,
+        "details": details,
+    }
+
+
+def guide_row(matrix: ModuleType, rows: list[dict[str, Any]]) -> str:
+    (line,) = matrix.decision_guide(rows)[3:-1]
+    return line
+
+
+def test_a_shape_whose_every_artifact_gives_the_reference_output_says_so(matrix):
+    rows = [row("transformers", KIT, form, same_output=True, logits_error="0.0e+00") for form in matrix.FORMS]
+    cell = "✅ same output as the reference"
+    assert (
+        guide_row(matrix, rows)
+        == f"| {KIT}, through llm-compressor's `load_quantizable_moe` (the test kit's path) | none | {cell} | {cell} |"
+    )
+
+
+def test_a_wrong_output_says_its_worst_distance_from_the_reference_and_from_the_reference_weights(matrix):
+    wrong = {"same_output": False, "max_relative_difference": "7.8e-03"}
+    rows = [
+        row("transformers", KIT, "legacy", same_output=True, logits_error="0.0e+00"),
+        row("transformers", KIT, "format2-to-legacy", same_output=True, logits_error="0.0e+00"),
+        row("transformers", KIT, "format2", logits_error="1.5e-01", **wrong),
+        row("transformers", KIT, "legacy-migrated", scheme="NVFP4A16", logits_error="8.4e-03", **wrong),
+    ]
+    assert guide_row(matrix, rows).endswith(
+        "| ❌ loads, wrong output: logits up to 1.5e-01 from the reference, weights up to 7.8e-03 from the "
+        "reference's (legacy's) |"
+    )
+
+
+def test_plain_from_pretrained_says_how_far_its_experts_are_from_the_unquantized_weights(matrix):
+    measured = {"same_output": False, "logits_error": "1.5e+00", "experts_error": "3.0e+04"}
+    rows = [row("transformers-from-pretrained", PLAIN, form, **measured) for form in matrix.FORMS]
+    cell = (
+        "❌ loads, wrong output: logits up to 1.5e+00 from the reference, experts' weights up to 3.0e+04 from the "
+        "unquantized"
+    )
+    assert guide_row(matrix, rows) == f"| {PLAIN} | none | {cell} | {cell} |"
+
+
+def test_a_shape_that_fails_shows_the_error_as_code_even_where_it_quotes_with_backticks(matrix):
+    error = "RuntimeError: You set `ignore_mismatched_sizes` to `False`, thus raising an error."
+    measured = {"same_output": False, "logits_error": "1.5e+00", "experts_error": "3.0e+04"}
+    rows = [
+        row(
+            "transformers-from-pretrained",
+            PLAIN,
+            form,
+            **({"error": error} if form in ("format2", "legacy-migrated") else measured),
+        )
+        for form in matrix.FORMS
+    ]
+    assert guide_row(matrix, rows).endswith(f"| ❌ `` {error} `` |")
+
+
+def test_plain_from_pretrained_is_in_the_guide_and_not_in_the_packages_observations(matrix):
+    measured = {"same_output": False, "logits_error": "1.5e+00", "experts_error": "3.0e+04"}
+    rows = [row("transformers-from-pretrained", PLAIN, form, **measured) for form in matrix.FORMS]
+    assert guide_row(matrix, rows).startswith(f"| {PLAIN} |")
+    assert PLAIN not in matrix.observed_module(rows)
