@@ -45,9 +45,6 @@ FAMILIES = ("artifact", "transformers", "transformers-from-pretrained", "vllm", 
 COMPUTED = ("transformers", "transformers-from-pretrained")
 """The families whose rows say what they computed (``same_output``, against the reference logits), not only
 whether they load: the test kit's path and plain ``from_pretrained``."""
-NOT_OBSERVED_BY_THE_PACKAGE = ("transformers-from-pretrained",)
-"""Families the guide shows but scalar_scales/consumers/observed.py leaves out: its ``Outcome`` says whether a
-consumer loads a shape, and plain ``from_pretrained`` computes a wrong output from either shape."""
 SGLANG_SCHEMES = ("NVFP4",)
 """SGLang's rows: its DeepSeek-V3 loading, of one producer's NVFP4 artifacts (W4A16's Marlin repack needs CUDA)."""
 DATE_PREFIX = "Results last changed on "
@@ -429,8 +426,6 @@ def observed_module(rows: list[dict[str, Any]]) -> str:
     ]
     for (consumer, fix), by_shape in by_consumer(rows).items():
         first = by_shape["(1,)"][0]
-        if first["family"] in NOT_OBSERVED_BY_THE_PACKAGE:
-            continue
         lines += ["    Observation(", f"        {_literal(first['family'])},", f"        {_literal(consumer)},"]
         lines.append(f"        {_literal(fix)},")
         for shape, layout in LAYOUTS.items():
