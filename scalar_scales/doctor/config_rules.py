@@ -9,7 +9,8 @@ quantized but not targeted (NV602), targeted but stored unquantized (NV603),
 an input scale stored for a weight-only compressed-tensors group (NV604;
 vLLM's ModelOpt weight-only methods register one and drop it). The
 KV-cache scales (NV605, NV606) and NVFP4 modules a config does not declare
-(NV607) are judged on the whole checkpoint.
+(NV607) are judged on the whole checkpoint, and so is a declaration whose
+fields contradict each other where the engines branch on them (NV608).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from scalar_scales.doctor.examples import (
     DropDeclaration,
     Example,
     IgnoreLayer,
+    RemoveEvery,
     TargetOnlyLayer,
     Unquantize,
     WeightOnly,
@@ -33,6 +35,7 @@ from scalar_scales.files.header import ending_with
 from scalar_scales.nvfp4 import COMPRESSED_TENSORS, MODELOPT
 
 __all__ = [
+    "algorithm_contradicts_groups",
     "input_scale_for_weight_only",
     "kv_scales_missing",
     "kv_scales_undeclared",
@@ -322,4 +325,81 @@ def nvfp4_undeclared(checkpoint: CheckpointView) -> Iterator[Found]:
         f"the shards hold {modules} NVFP4 modules in the {layout.producer} layout, but the config {says}",
         "vLLM builds those modules unquantized and finds no weight of the names they have (observed: the engine does "
         "not start)",
+    )
+
+
+@checkpoint_rule(
+    "NV608",
+    "algorithm-contradicts-groups",
+    "error",
+    "wrong-output",
+    summary="quant_algo NVFP4 (W4A4) over config groups that are all weight-only",
+    needs=("nvfp4", "quantization"),
+    producers=frozenset({MODELOPT}),
+    examples=(
+        Example(
+            "modelopt-weight-only-groups",
+            "quant_algo NVFP4 over config groups that all say input_activations: null, and no input_scale in the "
+            "shards, as the checkpoint of vLLM #54189 is",
+            (WeightOnly(), RemoveEvery("{input_global}")),
+        ),
+        Example(
+            "modelopt-weight-only-groups-with-input-scales",
+            "quant_algo NVFP4 over config groups that all say input_activations: null, the shards holding W4A4's "
+            "input scales",
+            (WeightOnly(),),
+        ),
+    ),
+    explanation="""
+        A ModelOpt config whose `quant_algo` is `NVFP4`, ModelOpt's
+        name for W4A4 (weights and activations in FP4; weight-only is
+        `W4A16_NVFP4`), while every one of its `config_groups` says
+        `input_activations: null` (weight-only). The engines resolve the
+        contradiction differently, each from one side. vLLM 0.32 and 0.33
+        read the groups (`ModelOptNvFp4Config._from_config`, since vLLM PR
+        #54427) and serve it as `W4A16_NVFP4`: weight-only, any stored
+        `input_scale` dropped. vLLM 0.23 and SGLang 0.5.23 read `quant_algo`
+        alone (`ModelOptNvFp4Config._from_config`,
+        `ModelOptFp4Config.from_config`) and build W4A4; where the shards hold
+        no `input_scale`, as in vLLM #54189, its activation scales are never
+        loaded, and `ModelOptNvFp4FusedMoE.process_weights_after_loading`
+        folds that uninitialised memory into the experts' alphas: vLLM #54189
+        saw 0.0 there, every expert zeroed, one token repeated, no error. The
+        finding names both sides and says which one the shards bear out (no
+        `input_scale`: the groups; input scales: `quant_algo`). Each engine's
+        reading of the config is observed (vLLM 0.23, 0.32, 0.33 and SGLang
+        0.5.23, tests/vllm_layers and tests/sglang_loading); the zeroed experts
+        are vLLM #54189's report, not observed here. The fix: say one thing,
+        `quant_algo: W4A16_NVFP4` for a weight-only checkpoint, or the groups'
+        `input_activations` for a W4A4 one.
+        """,
+)
+def algorithm_contradicts_groups(checkpoint: CheckpointView) -> Iterator[Found]:
+    declared, layout = checkpoint.expectations.declared, checkpoint.layout
+    assert declared is not None and layout is not None  # needs: quantization, nvfp4
+    if not declared.weight_only_groups:
+        return
+    held = checkpoint.nvfp4.members[layout.input_global]
+    stored = len(held) - held.count(checkpoint.absent)
+    groups = ", ".join(declared.weight_only_groups)
+    if stored:
+        tensors = f"the shards hold {stored} {layout.input_global} tensors, as W4A4 has"
+        engines = (
+            "vLLM 0.32 and 0.33 read the groups (PR #54427) and serve it weight-only (W4A16_NVFP4), dropping those "
+            "input scales; vLLM 0.23 and SGLang 0.5.23 read quant_algo and serve W4A4 (observed: each engine's "
+            "reading)"
+        )
+    else:
+        tensors = f"no shard holds an {layout.input_global}, as weight-only has none"
+        engines = (
+            "vLLM 0.32 and 0.33 read the groups (PR #54427) and serve it weight-only (W4A16_NVFP4); vLLM 0.23 and "
+            "SGLang 0.5.23 read quant_algo and build W4A4 with activation scales never loaded, which zeroed every "
+            "expert in vLLM #54189 (observed: each engine's reading)"
+        )
+    yield (
+        None,
+        declared.source or "config.json",
+        f"quant_algo {declared.format_name} declares W4A4 (activations quantized), but config groups {groups} "
+        f"all say input_activations: null (weight-only); {tensors}",
+        engines,
     )

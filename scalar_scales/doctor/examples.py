@@ -36,6 +36,7 @@ __all__ = [
     "LegacyShapes",
     "MultiplyValue",
     "Remove",
+    "RemoveEvery",
     "SetDtype",
     "SetValue",
     "TargetOnlyLayer",
@@ -49,6 +50,13 @@ class Remove(NamedTuple):
     """Remove ``tensor`` from its shard, and from the index where there is one."""
 
     tensor: str
+
+
+class RemoveEvery(NamedTuple):
+    """Remove every tensor whose name's last part is ``leaf`` (a template: ``{input_global}``), from its shard and
+    from the index, as a producer that never wrote them leaves a checkpoint."""
+
+    leaf: str
 
 
 class SetValue(NamedTuple):
@@ -142,7 +150,8 @@ class TargetOnlyLayer(NamedTuple):
 
 
 class WeightOnly(NamedTuple):
-    """Every compressed-tensors config group weight-only: ``input_activations`` null, as NVFP4A16 declares."""
+    """Every config group weight-only: ``input_activations`` null, as compressed-tensors' NVFP4A16 declares (and
+    ModelOpt's config.json, whose config groups say what its ``quant_algo`` does)."""
 
 
 class DeclareKVCache(NamedTuple):
@@ -158,6 +167,7 @@ class Unquantize(NamedTuple):
 
 Edit = (
     Remove
+    | RemoveEvery
     | SetValue
     | MultiplyValue
     | InvertScales

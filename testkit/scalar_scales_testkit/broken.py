@@ -40,6 +40,7 @@ from scalar_scales.doctor.examples import (
     LegacyShapes,
     MultiplyValue,
     Remove,
+    RemoveEvery,
     SetDtype,
     SetValue,
     TargetOnlyLayer,
@@ -215,6 +216,20 @@ def _remove(checkpoint: Path, tensor: str) -> str:
     return tensor
 
 
+def _remove_every(checkpoint: Path, suffix: str) -> None:
+    removed: set[str] = set()
+
+    def change(tensors: Tensors) -> None:
+        for name in [name for name in tensors if name.endswith(suffix)]:
+            tensors.pop(name)
+            removed.add(name)
+
+    for shard in _shards(checkpoint):
+        rewrite_shard(shard, change)
+    if (checkpoint / INDEX_NAME).exists():
+        _edit_index(checkpoint, lambda weight_map: [weight_map.pop(name) for name in removed])
+
+
 def _set_values(checkpoint: Path, value_of: Callable[[str, float], float | None]) -> None:
     """Set each one-value F32 scale to ``value_of(name, value)`` where that is not None."""
 
@@ -272,6 +287,8 @@ def _apply(edit: Edit, checkpoint: Path, layout: ProducerLayout, fields: dict[st
     match edit:
         case Remove(tensor):
             return _remove(checkpoint, tensor.format(**fields))
+        case RemoveEvery(leaf):
+            _remove_every(checkpoint, "." + leaf.format(**fields))
         case SetValue(tensor, value):
             name = tensor.format(**fields)
             _set_values(checkpoint, lambda each, _: value if each == name else None)
