@@ -334,6 +334,10 @@ def nvfp4_undeclared(checkpoint: CheckpointView) -> Iterator[Found]:
     "error",
     "wrong-output",
     summary="quant_algo NVFP4 (W4A4) over config groups that are all weight-only",
+    fix=(
+        "make the declaration say one thing: quant_algo W4A16_NVFP4 where the shards hold no input_scale "
+        "(weight-only), else each config group's input_activations (W4A4), as ModelOpt writes them"
+    ),
     needs=("nvfp4", "quantization"),
     producers=frozenset({MODELOPT}),
     examples=(
@@ -355,23 +359,25 @@ def nvfp4_undeclared(checkpoint: CheckpointView) -> Iterator[Found]:
         name for W4A4 (weights and activations in FP4; weight-only is
         `W4A16_NVFP4`), while every one of its `config_groups` says
         `input_activations: null` (weight-only). The engines resolve the
-        contradiction differently, each from one side. vLLM 0.32 and 0.33
-        read the groups (`ModelOptNvFp4Config._from_config`, since vLLM PR
-        #54427) and serve it as `W4A16_NVFP4`: weight-only, any stored
-        `input_scale` dropped. vLLM 0.23 and SGLang 0.5.23 read `quant_algo`
-        alone (`ModelOptNvFp4Config._from_config`,
-        `ModelOptFp4Config.from_config`) and build W4A4; where the shards hold
-        no `input_scale`, as in vLLM #54189, its activation scales are never
-        loaded, and `ModelOptNvFp4FusedMoE.process_weights_after_loading`
-        folds that uninitialised memory into the experts' alphas: vLLM #54189
-        saw 0.0 there, every expert zeroed, one token repeated, no error. The
-        finding names both sides and says which one the shards bear out (no
-        `input_scale`: the groups; input scales: `quant_algo`). Each engine's
-        reading of the config is observed (vLLM 0.23, 0.32, 0.33 and SGLang
-        0.5.23, tests/vllm_layers and tests/sglang_loading); the zeroed experts
-        are vLLM #54189's report, not observed here. The fix: say one thing,
-        `quant_algo: W4A16_NVFP4` for a weight-only checkpoint, or the groups'
-        `input_activations` for a W4A4 one.
+        contradiction differently, each from one side:
+
+        - vLLM 0.32 and 0.33 read the groups (`ModelOptNvFp4Config._from_config`,
+          since vLLM PR #54427) and serve it as `W4A16_NVFP4`: weight-only, any
+          stored `input_scale` dropped.
+        - vLLM 0.23 reads `quant_algo` alone and builds W4A4. Where the shards
+          hold no `input_scale`, as in vLLM #54189, the activation scales it
+          allocated (`torch.empty`) are never loaded, and
+          `ModelOptNvFp4FusedMoE.process_weights_after_loading` folds that
+          memory into the experts' alphas: #54189 saw 0.0 there, every expert
+          zeroed, one token repeated, no error.
+        - SGLang 0.5.23 reads `quant_algo` alone (`ModelOptFp4Config.from_config`)
+          and builds W4A4; activation scales it does not load stay 1.0
+          (`ModelOptNvFp4FusedMoEMethod.create_weights`, read).
+
+        The finding names both sides and says which one the shards bear out
+        (no `input_scale`: the groups; input scales: `quant_algo`). Each
+        engine's reading is observed (tests/vllm_layers in vLLM 0.23, 0.32 and
+        0.33; tests/sglang_loading); the zeroed experts are #54189's report.
         """,
 )
 def algorithm_contradicts_groups(checkpoint: CheckpointView) -> Iterator[Found]:
@@ -392,9 +398,10 @@ def algorithm_contradicts_groups(checkpoint: CheckpointView) -> Iterator[Found]:
     else:
         tensors = f"no shard holds an {layout.input_global}, as weight-only has none"
         engines = (
-            "vLLM 0.32 and 0.33 read the groups (PR #54427) and serve it weight-only (W4A16_NVFP4); vLLM 0.23 and "
-            "SGLang 0.5.23 read quant_algo and build W4A4 with activation scales never loaded, which zeroed every "
-            "expert in vLLM #54189 (observed: each engine's reading)"
+            "vLLM 0.32 and 0.33 read the groups (PR #54427) and serve it weight-only (W4A16_NVFP4); vLLM 0.23 reads "
+            "quant_algo and builds W4A4 over activation scales never loaded, uninitialised memory (vLLM #54189: every "
+            "expert zeroed); SGLang 0.5.23 reads quant_algo too, its activation scales left at 1.0 (observed: each "
+            "engine's reading)"
         )
     yield (
         None,
