@@ -10,7 +10,7 @@ an input scale stored for a weight-only compressed-tensors group (NV604;
 vLLM's ModelOpt weight-only methods register one and drop it). The
 KV-cache scales (NV605, NV606) and NVFP4 modules a config does not declare
 (NV607) are judged on the whole checkpoint, and so is a declaration whose
-fields contradict each other where the engines branch on them (NV608).
+fields contradict each other where the engines branch on them (NV608, NV609).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from collections.abc import Iterator
 
 from scalar_scales.doctor.examples import (
     AddScales,
+    DeclareGroupSize,
     DeclareKVCache,
     DropDeclaration,
     Example,
@@ -29,16 +30,18 @@ from scalar_scales.doctor.examples import (
     WeightOnly,
 )
 from scalar_scales.doctor.matching import Kind, Verdict
+from scalar_scales.doctor.module_rules import weight_scale_shape
 from scalar_scales.doctor.rules import Found, checkpoint_rule
 from scalar_scales.doctor.view import CheckpointView
 from scalar_scales.files.header import ending_with
-from scalar_scales.nvfp4 import COMPRESSED_TENSORS, MODELOPT
+from scalar_scales.nvfp4 import COMPRESSED_TENSORS, GROUP_SIZE, MODELOPT
 
 __all__ = [
     "algorithm_contradicts_groups",
     "input_scale_for_weight_only",
     "kv_scales_missing",
     "kv_scales_undeclared",
+    "nvfp4_group_size",
     "nvfp4_undeclared",
     "quantized_but_ignored",
     "quantized_but_not_targeted",
@@ -410,3 +413,56 @@ def algorithm_contradicts_groups(checkpoint: CheckpointView) -> Iterator[Found]:
         f"all say input_activations: null (weight-only); {tensors}",
         engines,
     )
+
+
+@checkpoint_rule(
+    "NV609",
+    "nvfp4-group-size",
+    "error",
+    "load-error",
+    summary="an NVFP4 config group whose group size is not NVFP4's 16",
+    fix="declare group_size 16 (compressed-tensors: each NVFP4 group's weights and input_activations), as NVFP4 is",
+    needs=("nvfp4", "quantization"),
+    examples=(
+        Example(
+            "nvfp4-groups-of-32",
+            "NVFP4 declared with groups of 32 values (MXFP4's size), the tensors grouped by 16",
+            (DeclareGroupSize(32),),
+            alongside=(weight_scale_shape.code,),
+        ),
+    ),
+    explanation="""
+        An NVFP4 config group (compressed-tensors' `nvfp4-pack-quantized`,
+        ModelOpt's `NVFP4` or `W4A16_NVFP4`) whose `group_size` is not 16:
+        NVFP4 is FP4 values in blocks of 16, each with its FP8 scale, so the
+        declaration contradicts its own format. The engines branch on it:
+
+        - compressed-tensors: vLLM 0.23, 0.32 and 0.33 take a group for NVFP4
+          only where its weights' group size is 16 (`_is_nvfp4_format`), and
+          refuse the experts of any other (observed: `Unsupported FusedMoe
+          scheme`, tests/vllm_layers); SGLang 0.5.23 tests the same
+          (`CompressedTensorsConfig._is_fp4a4_nvfp4`, read).
+        - ModelOpt: vLLM 0.23, 0.32 and 0.33 size the block scales for the
+          declared group size (observed), and NVFP4's blocks of 16 do not
+          load into them: the engine does not start.
+
+        A checkpoint whose block scales are grouped by 16 also gets NV401 on
+        every module (its tensors against the declared size); this rule names
+        the config, where the contradiction is.
+        """,
+)
+def nvfp4_group_size(checkpoint: CheckpointView) -> Iterator[Found]:
+    declared = checkpoint.expectations.declared
+    assert declared is not None  # needs: quantization
+    key = "weights.group_size" if declared.producer == COMPRESSED_TENSORS else "group_size"
+    for group in declared.nvfp4_groups:
+        if group.group_size != GROUP_SIZE:
+            yield (
+                None,
+                declared.source or "config.json",
+                f"the NVFP4 config group {group.name} ({group.format}) declares {key} {group.group_size}, but NVFP4 "
+                f"is blocks of {GROUP_SIZE} values",
+                "vLLM refuses the group's experts (compressed-tensors: no NVFP4 scheme) or sizes their block scales "
+                "for the declared size, into which NVFP4's blocks of 16 do not load (observed: the engine does not "
+                "start)",
+            )

@@ -24,6 +24,7 @@ from typing import NamedTuple
 __all__ = [
     "AddScales",
     "Declare",
+    "DeclareGroupSize",
     "DeclareKVCache",
     "DropDeclaration",
     "Edit",
@@ -158,6 +159,13 @@ class DeclareKVCache(NamedTuple):
     """Declare an FP8 KV cache: compressed-tensors' ``kv_cache_scheme``, ModelOpt's ``kv_cache_quant_algo``."""
 
 
+class DeclareGroupSize(NamedTuple):
+    """Declare NVFP4 groups of ``size`` values: each compressed-tensors config group's ``weights`` and
+    ``input_activations`` ``group_size``, ModelOpt's ``group_size``; the tensors stay grouped by 16."""
+
+    size: int
+
+
 class Unquantize(NamedTuple):
     """Store the first of ``modules`` the checkpoint holds as NVFP4 as an unquantized BF16 ``weight`` instead,
     its NVFP4 tensors gone, as a quantizer that skipped it writes it; the finding names that ``weight``."""
@@ -184,6 +192,7 @@ Edit = (
     | TargetOnlyLayer
     | WeightOnly
     | DeclareKVCache
+    | DeclareGroupSize
     | Unquantize
 )
 """Each way an example changes a clean checkpoint, in the test kit's terms."""

@@ -28,6 +28,7 @@ from scalar_scales.doctor import RULES
 from scalar_scales.doctor.examples import (
     AddScales,
     Declare,
+    DeclareGroupSize,
     DeclareKVCache,
     DropDeclaration,
     Edit,
@@ -343,9 +344,21 @@ def _apply(edit: Edit, checkpoint: Path, layout: ProducerLayout, fields: dict[st
                 _edit_declaration(checkpoint, lambda q: q.update(kv_cache_scheme=scheme))
             else:
                 _edit_declaration(checkpoint, lambda q: q.update(kv_cache_quant_algo="FP8"))
+        case DeclareGroupSize(size):
+            _edit_declaration(checkpoint, partial(_declare_group_size, layout, size))
         case _:
             assert_never(edit)
     return None
+
+
+def _declare_group_size(layout: ProducerLayout, size: int, declaration: dict[str, Any]) -> None:
+    if layout is not COMPRESSED_TENSORS_LAYOUT:
+        declaration["group_size"] = size
+        return
+    for group in declaration["config_groups"].values():
+        for args in ("weights", "input_activations"):
+            if group.get(args):
+                group[args]["group_size"] = size
 
 
 def _legacy_shapes(checkpoint: Path, layout: ProducerLayout) -> None:
@@ -466,6 +479,7 @@ _DECLARATION_EDITS = (
     TargetOnlyLayer,
     WeightOnly,
     DeclareKVCache,
+    DeclareGroupSize,
 )
 
 
