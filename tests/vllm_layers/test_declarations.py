@@ -1,13 +1,15 @@
-"""How each vLLM reads a ModelOpt declaration that contradicts itself (NV608): ``quant_algo: NVFP4`` (W4A4) over
-config groups that all say ``input_activations: null`` (weight-only), as vLLM #54189's checkpoint does.
+"""How each vLLM reads a declaration that contradicts itself: ModelOpt's ``quant_algo: NVFP4`` (W4A4) over config
+groups that all say ``input_activations: null`` (weight-only), as vLLM #54189's checkpoint does (NV608), and NVFP4
+declared with groups of another size than 16 (NV609).
 
-The checkpoint is NVIDIA's own export of the toy (nvidia-modelopt 0.47), broken as the broken corpus breaks it
-(NV608's examples): the groups made weight-only, with and without the input scales W4A4 stores. vLLM builds the last
-layer's experts from it, as its ``get_quant_config`` reads config.json, and loads them through its weight loader.
+The checkpoints are NVIDIA's own export of the toy (nvidia-modelopt 0.47) and the toy's ``oneshot`` artifact, broken
+as the broken corpus breaks them (the rules' examples). vLLM builds the last layer's experts from each, as its
+``get_quant_config`` reads config.json, and loads them through its weight loader.
 """
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -15,9 +17,9 @@ import torch
 import vllm
 
 from scalar_scales.doctor import RULES
-from scalar_scales.nvfp4 import MODELOPT_LAYOUT
+from scalar_scales.nvfp4 import COMPRESSED_TENSORS_LAYOUT, MODELOPT_LAYOUT
 from scalar_scales_testkit import vllm_layers
-from scalar_scales_testkit.broken import MODELOPT_CORPUS
+from scalar_scales_testkit.broken import CORPUS, MODELOPT_CORPUS
 from scalar_scales_testkit.modelopt_exports import copy_of_export
 
 LAYER = "model.layers.1.mlp.experts"
@@ -60,3 +62,20 @@ def test_no_tensor_of_the_checkpoint_of_vllm_54189_sets_the_experts_activation_s
     vllm_layers.load_into_layer(layer, vllm_layers.expert_tensors(checkpoint, LAYER))
     for name, made in before.items():
         assert torch.equal(getattr(layer, name).detach().view(torch.int32), made), name  # bit for bit, NaN too
+
+
+def test_vllm_refuses_compressed_tensors_nvfp4_experts_declared_in_groups_of_32(tmp_path, legacy_nvfp4):
+    """vLLM takes a compressed-tensors group for NVFP4 only where its group size is 16 (``_is_nvfp4_format``)."""
+    checkpoint = tmp_path / "checkpoint"
+    shutil.copytree(legacy_nvfp4, checkpoint)
+    CORPUS["nvfp4-groups-of-32"].make(checkpoint, COMPRESSED_TENSORS_LAYOUT)
+    with pytest.raises(RuntimeError, match=r"Unsupported FusedMoe scheme: num_bits=4 type=.float. .*group_size=32"):
+        vllm_layers.build_moe_layer(checkpoint, LAYER)
+
+
+def test_vllm_sizes_modelopt_block_scales_for_the_declared_group_size_and_nvfp4_s_do_not_load(tmp_path):
+    layer, checkpoint = experts(tmp_path, "nvfp4-groups-of-32")
+    hidden = layer.w2_weight.shape[1]
+    assert layer.w13_weight_scale.shape[-1] == hidden // 32
+    with pytest.raises(RuntimeError, match="must match the size of tensor"):
+        vllm_layers.load_into_layer(layer, vllm_layers.expert_tensors(checkpoint, LAYER))
