@@ -439,8 +439,10 @@ def algorithm_contradicts_groups(checkpoint: CheckpointView) -> Iterator[Found]:
 
         - compressed-tensors: vLLM 0.23, 0.32 and 0.33 take a group for NVFP4
           only where its weights' group size is 16 (`_is_nvfp4_format`), and
-          refuse the experts of any other (observed: `Unsupported FusedMoe
-          scheme`, tests/vllm_layers); SGLang 0.5.23 tests the same
+          refuse any other: its experts (observed: `Unsupported FusedMoe
+          scheme`, tests/vllm_layers) and its linear layers (`No
+          compressed-tensors compatible scheme was found`, the engine's start,
+          docs/check-evidence.md); SGLang 0.5.23 tests the same
           (`CompressedTensorsConfig._is_fp4a4_nvfp4`, read).
         - ModelOpt: vLLM 0.23, 0.32 and 0.33 size the block scales for the
           declared group size (observed), and NVFP4's blocks of 16 do not
