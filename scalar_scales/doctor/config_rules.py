@@ -439,6 +439,7 @@ def algorithm_contradicts_groups(checkpoint: CheckpointView) -> Iterator[Found]:
 
         - compressed-tensors: vLLM 0.23, 0.32 and 0.33 take a group for NVFP4
           only where its weights' group size is 16 (`_is_nvfp4_format`), and
+          its input activations' too where it quantizes them, and
           refuse any other: its experts (observed: `Unsupported FusedMoe
           scheme`, tests/vllm_layers) and its linear layers (`No
           compressed-tensors compatible scheme was found`, the engine's start,
@@ -456,14 +457,18 @@ def algorithm_contradicts_groups(checkpoint: CheckpointView) -> Iterator[Found]:
 def nvfp4_group_size(checkpoint: CheckpointView) -> Iterator[Found]:
     declared = checkpoint.expectations.declared
     assert declared is not None  # needs: quantization
-    key = "weights.group_size" if declared.producer == COMPRESSED_TENSORS else "group_size"
+    compressed_tensors = declared.producer == COMPRESSED_TENSORS
     for group in declared.nvfp4_groups:
-        if group.group_size != GROUP_SIZE:
+        sizes = {"weights.group_size" if compressed_tensors else "group_size": group.group_size}
+        if compressed_tensors and group.input_activations:
+            sizes["input_activations.group_size"] = group.input_group_size
+        wrong = ", ".join(f"{key} {size}" for key, size in sizes.items() if size != GROUP_SIZE)
+        if wrong:
             yield (
                 None,
                 declared.source or "config.json",
-                f"the NVFP4 config group {group.name} ({group.format}) declares {key} {group.group_size}, but NVFP4 "
-                f"is blocks of {GROUP_SIZE} values",
+                f"the NVFP4 config group {group.name} ({group.format}) declares {wrong}, but NVFP4 is blocks of "
+                f"{GROUP_SIZE} values",
                 "vLLM refuses the group's experts (compressed-tensors: no NVFP4 scheme) or sizes their block scales "
                 "for the declared size, into which NVFP4's blocks of 16 do not load (observed: the engine does not "
                 "start)",

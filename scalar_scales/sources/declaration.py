@@ -66,6 +66,8 @@ class Group:
     targets: tuple[str, ...] = ()
     everything: bool = False
     group_size: int = GROUP_SIZE
+    input_group_size: int = GROUP_SIZE
+    """compressed-tensors: the group size of the group's ``input_activations`` (its weights' where it has none)."""
 
 
 @dataclass(frozen=True)
@@ -198,6 +200,10 @@ def _compressed_tensors(quantization_config: Mapping[str, Any], path: str) -> De
                 input_activations=group.get("input_activations") is not None,
                 targets=_strings(group.get("targets")),
                 group_size=_group_size(_mapping(group, "weights").get("group_size")),
+                input_group_size=_group_size(
+                    _mapping(group, "input_activations").get("group_size")
+                    or _mapping(group, "weights").get("group_size")
+                ),
             )
         )
     return Declaration(

@@ -518,6 +518,19 @@ def test_nothing_checked_names_the_command_that_says_what_each_rule_selected_is_
     assert reference.count("Applied only to a checkpoint with NVFP4 tensors") == 2
 
 
+def test_nv609_names_an_nvfp4_group_whose_input_activations_alone_are_in_groups_other_than_16(clean):
+    """vLLM refuses a W4A4 group whose weights are in groups of 16 and whose input activations are not."""
+    config = json.loads((clean / "config.json").read_text())
+    config["quantization_config"]["config_groups"]["group_0"]["input_activations"]["group_size"] = 32
+    (clean / "config.json").write_text(json.dumps(config))
+    (finding,) = findings(run_cli_in_process("check", clean, "--json"))
+    assert (finding["code"], finding["tensor"]) == ("NV609", None)
+    assert finding["detail"] == (
+        "the NVFP4 config group group_0 (nvfp4-pack-quantized) declares input_activations.group_size 32, but NVFP4 "
+        "is blocks of 16 values"
+    )
+
+
 def test_a_model_class_in_the_targets_leaves_the_class_rules_unapplied_and_says_so(clean):
     config = json.loads((clean / "config.json").read_text())
     config["quantization_config"]["config_groups"]["group_0"]["targets"] = ["Linear", "Qwen3MoeTopKRouter"]
