@@ -9,6 +9,7 @@ as the broken corpus breaks them (the rules' examples). vLLM builds the last lay
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -70,6 +71,20 @@ def test_vllm_refuses_compressed_tensors_nvfp4_experts_declared_in_groups_of_32(
     shutil.copytree(legacy_nvfp4, checkpoint)
     CORPUS["nvfp4-groups-of-32"].make(checkpoint, COMPRESSED_TENSORS_LAYOUT)
     with pytest.raises(RuntimeError, match=r"Unsupported FusedMoe scheme: num_bits=4 type=.float. .*group_size=32"):
+        vllm_layers.build_moe_layer(checkpoint, LAYER)
+
+
+def test_vllm_refuses_compressed_tensors_nvfp4_experts_whose_input_activations_are_in_groups_of_32(
+    tmp_path, legacy_nvfp4
+):
+    """The weights' groups of 16 are not enough: a W4A4 group's input activations must be NVFP4's too."""
+    checkpoint = tmp_path / "checkpoint"
+    shutil.copytree(legacy_nvfp4, checkpoint)
+    config = json.loads((checkpoint / "config.json").read_text())
+    for group in config["quantization_config"]["config_groups"].values():
+        group["input_activations"]["group_size"] = 32
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="input quantization must also be NVFP4 format"):
         vllm_layers.build_moe_layer(checkpoint, LAYER)
 
 
