@@ -405,7 +405,8 @@ def render(results: Path) -> tuple[str, list[str]]:
         "",
         "## Each rule's effect: the most harmful of its breaks",
         "",
-        "A rule that is not about a layout (compressed-tensors' marker, NV604) shows `n/a` there.",
+        "A rule that is not about a layout shows `n/a` there: compressed-tensors' marker and NV604 on ModelOpt's,",
+        "NV608 (ModelOpt's `quant_algo`) on compressed-tensors'.",
         "",
         *_table(
             ["rule", "name", "effect, compressed-tensors", "effect, ModelOpt", "severity"],

@@ -50,6 +50,8 @@ RULES: dict[str, Rule] = _by_code(
     config_rules.kv_scales_missing,
     config_rules.kv_scales_undeclared,
     config_rules.nvfp4_undeclared,
+    config_rules.algorithm_contradicts_groups,
+    config_rules.nvfp4_group_size,
 )
 """Every rule, by code. The effects are the ones docs/check-evidence.md records; tests/base/doctor/test_evidence.py
 fails where they differ."""

@@ -9,7 +9,8 @@ quantized but not targeted (NV602), targeted but stored unquantized (NV603),
 an input scale stored for a weight-only compressed-tensors group (NV604;
 vLLM's ModelOpt weight-only methods register one and drop it). The
 KV-cache scales (NV605, NV606) and NVFP4 modules a config does not declare
-(NV607) are judged on the whole checkpoint.
+(NV607) are judged on the whole checkpoint, and so is a declaration whose
+fields contradict each other where the engines branch on them (NV608, NV609).
 """
 
 from __future__ import annotations
@@ -18,24 +19,29 @@ from collections.abc import Iterator
 
 from scalar_scales.doctor.examples import (
     AddScales,
+    DeclareGroupSize,
     DeclareKVCache,
     DropDeclaration,
     Example,
     IgnoreLayer,
+    RemoveEvery,
     TargetOnlyLayer,
     Unquantize,
     WeightOnly,
 )
 from scalar_scales.doctor.matching import Kind, Verdict
+from scalar_scales.doctor.module_rules import weight_scale_shape
 from scalar_scales.doctor.rules import Found, checkpoint_rule
 from scalar_scales.doctor.view import CheckpointView
 from scalar_scales.files.header import ending_with
-from scalar_scales.nvfp4 import COMPRESSED_TENSORS, MODELOPT
+from scalar_scales.nvfp4 import COMPRESSED_TENSORS, GROUP_SIZE, MODELOPT
 
 __all__ = [
+    "algorithm_contradicts_groups",
     "input_scale_for_weight_only",
     "kv_scales_missing",
     "kv_scales_undeclared",
+    "nvfp4_group_size",
     "nvfp4_undeclared",
     "quantized_but_ignored",
     "quantized_but_not_targeted",
@@ -323,3 +329,147 @@ def nvfp4_undeclared(checkpoint: CheckpointView) -> Iterator[Found]:
         "vLLM builds those modules unquantized and finds no weight of the names they have (observed: the engine does "
         "not start)",
     )
+
+
+@checkpoint_rule(
+    "NV608",
+    "algorithm-contradicts-groups",
+    "error",
+    "wrong-output",
+    summary="quant_algo NVFP4 (W4A4) over config groups that are all weight-only",
+    fix=(
+        "make the declaration say one thing: quant_algo W4A16_NVFP4 where the shards hold no input_scale "
+        "(weight-only), else each config group's input_activations (W4A4), as ModelOpt writes them"
+    ),
+    needs=("nvfp4", "quantization"),
+    producers=frozenset({MODELOPT}),
+    examples=(
+        Example(
+            "modelopt-weight-only-groups",
+            "quant_algo NVFP4 over config groups that all say input_activations: null, and no input_scale in the "
+            "shards, as the checkpoint of vLLM #54189 is",
+            (WeightOnly(), RemoveEvery("{input_global}")),
+        ),
+        Example(
+            "modelopt-weight-only-groups-with-input-scales",
+            "quant_algo NVFP4 over config groups that all say input_activations: null, the shards holding W4A4's "
+            "input scales",
+            (WeightOnly(),),
+        ),
+    ),
+    explanation="""
+        A ModelOpt config whose `quant_algo` is `NVFP4`, ModelOpt's
+        name for W4A4 (weights and activations in FP4; weight-only is
+        `W4A16_NVFP4`), while every one of its `config_groups` says
+        `input_activations: null` (weight-only). The engines resolve the
+        contradiction differently, each from one side:
+
+        - vLLM 0.32 and 0.33 read the groups (`ModelOptNvFp4Config._from_config`,
+          since vLLM PR #54427) and serve it as `W4A16_NVFP4`: weight-only, any
+          stored `input_scale` dropped.
+        - vLLM 0.23 reads `quant_algo` alone and builds W4A4. Where the shards
+          hold no `input_scale`, as in vLLM #54189, the activation scales it
+          allocated (`torch.empty`) are never loaded, and
+          `ModelOptNvFp4FusedMoE.process_weights_after_loading` folds that
+          memory into the experts' alphas: #54189 saw 0.0 there, every expert
+          zeroed, one token repeated, no error.
+        - SGLang 0.5.23 reads `quant_algo` alone (`ModelOptFp4Config.from_config`)
+          and builds W4A4; activation scales it does not load stay 1.0
+          (`ModelOptNvFp4FusedMoEMethod.create_weights`, read).
+
+        The finding names both sides and says which one the shards bear out
+        (no `input_scale`: the groups; input scales: `quant_algo`). Each
+        engine's reading is observed (tests/vllm_layers in vLLM 0.23, 0.32 and
+        0.33; tests/sglang_loading); the zeroed experts are #54189's report.
+        """,
+)
+def algorithm_contradicts_groups(checkpoint: CheckpointView) -> Iterator[Found]:
+    declared, layout = checkpoint.expectations.declared, checkpoint.layout
+    assert declared is not None and layout is not None  # needs: quantization, nvfp4
+    if not declared.weight_only_groups:
+        return
+    held = checkpoint.nvfp4.members[layout.input_global]
+    stored = len(held) - held.count(checkpoint.absent)
+    groups = ", ".join(declared.weight_only_groups)
+    if stored:
+        tensors = f"the shards hold {stored} {layout.input_global} tensors, as W4A4 has"
+        engines = (
+            "vLLM 0.32 and 0.33 read the groups (PR #54427) and serve it weight-only (W4A16_NVFP4), dropping those "
+            "input scales; vLLM 0.23 and SGLang 0.5.23 read quant_algo and serve W4A4 (observed: each engine's "
+            "reading)"
+        )
+    else:
+        tensors = f"no shard holds an {layout.input_global}, as weight-only has none"
+        engines = (
+            "vLLM 0.32 and 0.33 read the groups (PR #54427) and serve it weight-only (W4A16_NVFP4); vLLM 0.23 reads "
+            "quant_algo and builds W4A4 over activation scales never loaded, uninitialised memory (vLLM #54189: every "
+            "expert zeroed); SGLang 0.5.23 reads quant_algo too, its activation scales left at 1.0 (observed: each "
+            "engine's reading)"
+        )
+    yield (
+        None,
+        declared.source or "config.json",
+        f"quant_algo {declared.format_name} declares W4A4 (activations quantized), but config groups {groups} "
+        f"all say input_activations: null (weight-only); {tensors}",
+        engines,
+    )
+
+
+@checkpoint_rule(
+    "NV609",
+    "nvfp4-group-size",
+    "error",
+    "load-error",
+    summary="an NVFP4 config group whose group size is not NVFP4's 16",
+    fix="declare group_size 16 (compressed-tensors: each NVFP4 group's weights and input_activations), as NVFP4 is",
+    needs=("nvfp4", "quantization"),
+    examples=(
+        Example(
+            "nvfp4-groups-of-32",
+            "NVFP4 declared with groups of 32 values (MXFP4's size), the tensors grouped by 16",
+            (DeclareGroupSize(32),),
+            alongside=(weight_scale_shape.code,),
+        ),
+    ),
+    explanation="""
+        An NVFP4 config group (compressed-tensors' `nvfp4-pack-quantized`,
+        ModelOpt's `NVFP4` or `W4A16_NVFP4`) whose `group_size` is not 16:
+        NVFP4 is FP4 values in blocks of 16, each with its FP8 scale, so the
+        declaration contradicts its own format. The engines branch on it:
+
+        - compressed-tensors: vLLM 0.23, 0.32 and 0.33 take a group for NVFP4
+          only where its weights' group size is 16 (`_is_nvfp4_format`), and
+          its input activations' too where it quantizes them, and
+          refuse any other: its experts (observed: `Unsupported FusedMoe
+          scheme`, tests/vllm_layers) and its linear layers (`No
+          compressed-tensors compatible scheme was found`, the engine's start,
+          docs/check-evidence.md); SGLang 0.5.23 tests the same
+          (`CompressedTensorsConfig._is_fp4a4_nvfp4`, read).
+        - ModelOpt: vLLM 0.23, 0.32 and 0.33 size the block scales for the
+          declared group size (observed), and NVFP4's blocks of 16 do not
+          load into them: the engine does not start.
+
+        A checkpoint whose block scales are grouped by 16 also gets NV401 on
+        every module (its tensors against the declared size); this rule names
+        the config, where the contradiction is.
+        """,
+)
+def nvfp4_group_size(checkpoint: CheckpointView) -> Iterator[Found]:
+    declared = checkpoint.expectations.declared
+    assert declared is not None  # needs: quantization
+    compressed_tensors = declared.producer == COMPRESSED_TENSORS
+    for group in declared.nvfp4_groups:
+        sizes = {"weights.group_size" if compressed_tensors else "group_size": group.group_size}
+        if compressed_tensors and group.input_activations:
+            sizes["input_activations.group_size"] = group.input_group_size
+        wrong = ", ".join(f"{key} {size}" for key, size in sizes.items() if size != GROUP_SIZE)
+        if wrong:
+            yield (
+                None,
+                declared.source or "config.json",
+                f"the NVFP4 config group {group.name} ({group.format}) declares {wrong}, but NVFP4 is blocks of "
+                f"{GROUP_SIZE} values",
+                "vLLM refuses the group's experts (compressed-tensors: no NVFP4 scheme) or sizes their block scales "
+                "for the declared size, into which NVFP4's blocks of 16 do not load (observed: the engine does not "
+                "start)",
+            )

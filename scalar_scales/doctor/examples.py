@@ -24,6 +24,7 @@ from typing import NamedTuple
 __all__ = [
     "AddScales",
     "Declare",
+    "DeclareGroupSize",
     "DeclareKVCache",
     "DropDeclaration",
     "Edit",
@@ -36,6 +37,7 @@ __all__ = [
     "LegacyShapes",
     "MultiplyValue",
     "Remove",
+    "RemoveEvery",
     "SetDtype",
     "SetValue",
     "TargetOnlyLayer",
@@ -49,6 +51,13 @@ class Remove(NamedTuple):
     """Remove ``tensor`` from its shard, and from the index where there is one."""
 
     tensor: str
+
+
+class RemoveEvery(NamedTuple):
+    """Remove every tensor whose name's last part is ``leaf`` (a template: ``{input_global}``), from its shard and
+    from the index, as a producer that never wrote them leaves a checkpoint."""
+
+    leaf: str
 
 
 class SetValue(NamedTuple):
@@ -142,11 +151,19 @@ class TargetOnlyLayer(NamedTuple):
 
 
 class WeightOnly(NamedTuple):
-    """Every compressed-tensors config group weight-only: ``input_activations`` null, as NVFP4A16 declares."""
+    """Every config group weight-only: ``input_activations`` null, as compressed-tensors' NVFP4A16 declares (and
+    ModelOpt's config.json, whose config groups say what its ``quant_algo`` does)."""
 
 
 class DeclareKVCache(NamedTuple):
     """Declare an FP8 KV cache: compressed-tensors' ``kv_cache_scheme``, ModelOpt's ``kv_cache_quant_algo``."""
+
+
+class DeclareGroupSize(NamedTuple):
+    """Declare NVFP4 groups of ``size`` values: each compressed-tensors config group's ``weights`` and
+    ``input_activations`` ``group_size``, ModelOpt's ``group_size``; the tensors stay grouped by 16."""
+
+    size: int
 
 
 class Unquantize(NamedTuple):
@@ -158,6 +175,7 @@ class Unquantize(NamedTuple):
 
 Edit = (
     Remove
+    | RemoveEvery
     | SetValue
     | MultiplyValue
     | InvertScales
@@ -174,6 +192,7 @@ Edit = (
     | TargetOnlyLayer
     | WeightOnly
     | DeclareKVCache
+    | DeclareGroupSize
     | Unquantize
 )
 """Each way an example changes a clean checkpoint, in the test kit's terms."""

@@ -66,6 +66,8 @@ class Group:
     targets: tuple[str, ...] = ()
     everything: bool = False
     group_size: int = GROUP_SIZE
+    input_group_size: int = GROUP_SIZE
+    """compressed-tensors: the group size of the group's ``input_activations`` (its weights' where it has none)."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,10 @@ class Declaration:
     quantized_layers: tuple[tuple[str, int], ...] = ()
     """ModelOpt MIXED_PRECISION: each module ``quantized_layers`` names, with the index of its group, in the
     file's order (vLLM takes the first that fits a fused module)."""
+    weight_only_groups: tuple[str, ...] = ()
+    """ModelOpt: the config groups, where ``quant_algo`` says ``NVFP4`` (W4A4) and every one of them says
+    ``input_activations: null`` (weight-only). The engines read this contradiction two ways: vLLM since PR #54427
+    as ``W4A16_NVFP4`` (as :attr:`groups` do), vLLM before it and SGLang as ``NVFP4`` (vLLM #54189)."""
 
     @property
     def stated_format_version(self) -> int | None:
@@ -194,6 +200,10 @@ def _compressed_tensors(quantization_config: Mapping[str, Any], path: str) -> De
                 input_activations=group.get("input_activations") is not None,
                 targets=_strings(group.get("targets")),
                 group_size=_group_size(_mapping(group, "weights").get("group_size")),
+                input_group_size=_group_size(
+                    _mapping(group, "input_activations").get("group_size")
+                    or _mapping(group, "weights").get("group_size")
+                ),
             )
         )
     return Declaration(
@@ -234,8 +244,7 @@ def _modelopt(
                 key = (printable(recipe["quant_algo"].upper()), _group_size(recipe.get("group_size", group_size)))
                 assigned.append((module, recipes.setdefault(key, len(recipes))))
         groups = tuple(
-            _modelopt_group(f"{layer_algo} (group size {size})", layer_algo, original, size)
-            for layer_algo, size in recipes
+            _modelopt_group(f"{layer_algo} (group size {size})", layer_algo, size) for layer_algo, size in recipes
         )
         return Declaration(
             MODELOPT,
@@ -247,22 +256,33 @@ def _modelopt(
             source=path,
             quantized_layers=tuple(assigned),
         )
-    groups = (_modelopt_group(algo, algo, original, group_size, everything=True),)
+    weight_only_groups = _weight_only_groups(original) if algo == "NVFP4" else ()
+    groups = (_modelopt_group(algo, algo, group_size, weight_only=bool(weight_only_groups), everything=True),)
     return Declaration(
-        MODELOPT, algo, groups, _strings(exclude), ignore_key=exclude_key, kv_cache=kv_cache, source=path
+        MODELOPT,
+        algo,
+        groups,
+        _strings(exclude),
+        ignore_key=exclude_key,
+        kv_cache=kv_cache,
+        source=path,
+        weight_only_groups=weight_only_groups,
     )
 
 
-def _modelopt_group(name: str, algo: str, original: Mapping[str, Any], group_size: int, **members: Any) -> Group:
-    """A ModelOpt algorithm as a group: ``NVFP4`` is W4A4, ``W4A16_NVFP4`` weight-only, and so is ``NVFP4`` where
-    every config group says ``input_activations: null`` (vLLM's ``ModelOptNvFp4Config._from_config``, after
-    vLLM #54189)."""
+def _weight_only_groups(original: Mapping[str, Any]) -> tuple[str, ...]:
+    """The names of ``original``'s config groups where every one says ``input_activations: null``, the test of
+    vLLM's ``ModelOptNvFp4Config._from_config`` since PR #54427 (not applied to MIXED_PRECISION, whose per-layer
+    configs vLLM builds without it); () otherwise."""
     config_groups = _mapping(original, "config_groups")
-    weight_only = algo == "W4A16_NVFP4" or (
-        algo == "NVFP4"
-        and bool(config_groups)
-        and all(isinstance(g, Mapping) and g.get("input_activations") is None for g in config_groups.values())
-    )
+    weight_only = all(isinstance(g, Mapping) and g.get("input_activations") is None for g in config_groups.values())
+    return tuple(printable(str(name)) for name in config_groups) if config_groups and weight_only else ()
+
+
+def _modelopt_group(name: str, algo: str, group_size: int, *, weight_only: bool = False, **members: Any) -> Group:
+    """A ModelOpt algorithm as a group: ``NVFP4`` is W4A4, ``W4A16_NVFP4`` weight-only, and so is ``NVFP4`` whose
+    config groups all say ``input_activations: null`` (``weight_only``), as vLLM reads it since PR #54427."""
+    weight_only = weight_only or algo == "W4A16_NVFP4"
     return Group(
         name=name,
         format=algo,

@@ -28,6 +28,7 @@ from scalar_scales.doctor import RULES
 from scalar_scales.doctor.examples import (
     AddScales,
     Declare,
+    DeclareGroupSize,
     DeclareKVCache,
     DropDeclaration,
     Edit,
@@ -40,6 +41,7 @@ from scalar_scales.doctor.examples import (
     LegacyShapes,
     MultiplyValue,
     Remove,
+    RemoveEvery,
     SetDtype,
     SetValue,
     TargetOnlyLayer,
@@ -215,6 +217,20 @@ def _remove(checkpoint: Path, tensor: str) -> str:
     return tensor
 
 
+def _remove_every(checkpoint: Path, suffix: str) -> None:
+    removed: set[str] = set()
+
+    def change(tensors: Tensors) -> None:
+        for name in [name for name in tensors if name.endswith(suffix)]:
+            tensors.pop(name)
+            removed.add(name)
+
+    for shard in _shards(checkpoint):
+        rewrite_shard(shard, change)
+    if (checkpoint / INDEX_NAME).exists():
+        _edit_index(checkpoint, lambda weight_map: [weight_map.pop(name) for name in removed])
+
+
 def _set_values(checkpoint: Path, value_of: Callable[[str, float], float | None]) -> None:
     """Set each one-value F32 scale to ``value_of(name, value)`` where that is not None."""
 
@@ -272,6 +288,8 @@ def _apply(edit: Edit, checkpoint: Path, layout: ProducerLayout, fields: dict[st
     match edit:
         case Remove(tensor):
             return _remove(checkpoint, tensor.format(**fields))
+        case RemoveEvery(leaf):
+            _remove_every(checkpoint, "." + leaf.format(**fields))
         case SetValue(tensor, value):
             name = tensor.format(**fields)
             _set_values(checkpoint, lambda each, _: value if each == name else None)
@@ -326,9 +344,21 @@ def _apply(edit: Edit, checkpoint: Path, layout: ProducerLayout, fields: dict[st
                 _edit_declaration(checkpoint, lambda q: q.update(kv_cache_scheme=scheme))
             else:
                 _edit_declaration(checkpoint, lambda q: q.update(kv_cache_quant_algo="FP8"))
+        case DeclareGroupSize(size):
+            _edit_declaration(checkpoint, partial(_declare_group_size, layout, size))
         case _:
             assert_never(edit)
     return None
+
+
+def _declare_group_size(layout: ProducerLayout, size: int, declaration: dict[str, Any]) -> None:
+    if layout is not COMPRESSED_TENSORS_LAYOUT:
+        declaration["group_size"] = size
+        return
+    for group in declaration["config_groups"].values():
+        for args in ("weights", "input_activations"):
+            if group.get(args):
+                group[args]["group_size"] = size
 
 
 def _legacy_shapes(checkpoint: Path, layout: ProducerLayout) -> None:
@@ -449,6 +479,7 @@ _DECLARATION_EDITS = (
     TargetOnlyLayer,
     WeightOnly,
     DeclareKVCache,
+    DeclareGroupSize,
 )
 
 

@@ -111,23 +111,30 @@ def moe_layers(artifact: Path) -> list[str]:
 
 
 def _quant_config(artifact: Path, config: dict[str, Any]) -> Any:
-    """vLLM's quantization config of an artifact: compressed-tensors' from config.json, or ModelOpt's from
-    hf_quant_config.json (NVFP4, or MIXED_PRECISION), as vLLM's ``get_quant_config`` picks them."""
+    """vLLM's quantization config of an artifact, from the file vLLM's ``get_quant_config`` reads: config.json's
+    ``quantization_config`` where there is one (compressed-tensors', or ModelOpt's, which its exporter writes there
+    too), hf_quant_config.json otherwise, or where a MIXED_PRECISION config.json leaves its ``quantized_layers``
+    there."""
+    declared = config.get("quantization_config")
     modelopt = artifact / "hf_quant_config.json"
-    if modelopt.exists():
+    if declared is None or declared.get("quant_method") == "modelopt":
         from vllm.model_executor.layers.quantization.modelopt import (
             ModelOptMixedPrecisionConfig,
             ModelOptNvFp4Config,
         )
 
-        hf_quant_config = json.loads(modelopt.read_text())
-        mixed = hf_quant_config["quantization"]["quant_algo"] == "MIXED_PRECISION"
-        return (ModelOptMixedPrecisionConfig if mixed else ModelOptNvFp4Config).from_config(hf_quant_config)
+        algo = (declared or {}).get("quant_algo", "").upper()
+        if declared is None or (algo == "MIXED_PRECISION" and "quantized_layers" not in declared):
+            declared = json.loads(modelopt.read_text())
+            algo = declared["quantization"]["quant_algo"].upper()
+        return (ModelOptMixedPrecisionConfig if algo == "MIXED_PRECISION" else ModelOptNvFp4Config).from_config(
+            declared
+        )
     from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import (
         CompressedTensorsConfig,
     )
 
-    return CompressedTensorsConfig.from_config(config["quantization_config"])
+    return CompressedTensorsConfig.from_config(declared)
 
 
 @contextlib.contextmanager

@@ -10,6 +10,7 @@ import struct
 import pytest
 
 from scalar_scales.doctor import RULES
+from scalar_scales.nvfp4 import COMPRESSED_TENSORS_LAYOUT
 from scalar_scales.sources import INDEX_NAME, read_headers
 from scalar_scales_testkit.broken import EXPERT, clean_checkpoint, rewrite_shard, shard_of
 from scalar_scales_testkit.cli import run_cli_in_process, shards
@@ -43,6 +44,8 @@ def clean(tmp_path):
     return clean_checkpoint(tmp_path / "clean")
 
 
+COMPRESSED_TENSORS_RULES = [code for code, rule in RULES.items() if rule.is_about(COMPRESSED_TENSORS_LAYOUT)]
+"""The rules applied to a compressed-tensors checkpoint: every rule but ModelOpt's own (NV608)."""
 CHECKED = "Checked 24 NVFP4 modules (config group group_0, nvfp4-pack-quantized W4A4: 24) and 48 global scales."
 
 
@@ -52,7 +55,8 @@ def test_a_clean_checkpoint_exits_0_saying_what_was_checked(clean):
     assert result.stdout.splitlines() == [
         f"{clean}: 3 shards, nvfp4-pack-quantized, format_version 2, 48 global scales (0 (1,), 48 0-D)",
         CHECKED,
-        f"All checks passed: no finding from {len(RULES)} rules on 24 NVFP4 modules and 48 global scales.",
+        f"All checks passed: no finding from {len(COMPRESSED_TENSORS_RULES)} rules on 24 NVFP4 modules and 48 global "
+        "scales.",
     ]
 
 
@@ -288,7 +292,7 @@ def test_a_lone_safetensors_file_is_not_said_to_be_judged_by_the_rules_that_need
     summary = json.loads(run_cli_in_process("check", lone, "--json").stdout)["summary"]
     needs_config = {code for code, rule in RULES.items() if {"config", "quantization"} & set(rule.needs)}
     assert {"NV202", "NV601", "NV607"} <= needs_config
-    assert summary["rules_applied"] == [code for code in RULES if code not in needs_config]
+    assert summary["rules_applied"] == [code for code in COMPRESSED_TENSORS_RULES if code not in needs_config]
 
 
 def test_a_selection_that_leaves_no_rule_is_a_usage_error(clean):
@@ -415,7 +419,7 @@ def test_json_has_findings_and_a_summary(checkpoint):
         "format_version": None,
         "checked": True,
         "nvfp4_modules": 24,
-        "rules_applied": sorted(RULES),
+        "rules_applied": COMPRESSED_TENSORS_RULES,
         "modules": [{"group": "group_0", "kind": "nvfp4", "count": 24}],
         "scales": 48,
         "legacy": 48,
@@ -514,6 +518,19 @@ def test_nothing_checked_names_the_command_that_says_what_each_rule_selected_is_
     assert reference.count("Applied only to a checkpoint with NVFP4 tensors") == 2
 
 
+def test_nv609_names_an_nvfp4_group_whose_input_activations_alone_are_in_groups_other_than_16(clean):
+    """vLLM refuses a W4A4 group whose weights are in groups of 16 and whose input activations are not."""
+    config = json.loads((clean / "config.json").read_text())
+    config["quantization_config"]["config_groups"]["group_0"]["input_activations"]["group_size"] = 32
+    (clean / "config.json").write_text(json.dumps(config))
+    (finding,) = findings(run_cli_in_process("check", clean, "--json"))
+    assert (finding["code"], finding["tensor"]) == ("NV609", None)
+    assert finding["detail"] == (
+        "the NVFP4 config group group_0 (nvfp4-pack-quantized) declares input_activations.group_size 32, but NVFP4 "
+        "is blocks of 16 values"
+    )
+
+
 def test_a_model_class_in_the_targets_leaves_the_class_rules_unapplied_and_says_so(clean):
     config = json.loads((clean / "config.json").read_text())
     config["quantization_config"]["config_groups"]["group_0"]["targets"] = ["Linear", "Qwen3MoeTopKRouter"]
@@ -523,7 +540,7 @@ def test_a_model_class_in_the_targets_leaves_the_class_rules_unapplied_and_says_
         "; NV601, NV602, NV603, NV604 not applied: the config names classes a checkpoint does not show "
         "(Qwen3MoeTopKRouter)."
     )
-    assert lines[2].startswith(f"All checks passed: no finding from {len(RULES) - 4} rules")
+    assert lines[2].startswith(f"All checks passed: no finding from {len(COMPRESSED_TENSORS_RULES) - 4} rules")
 
 
 def test_a_shard_that_is_still_a_git_lfs_pointer_is_refused_in_one_line_saying_to_pull(clean):

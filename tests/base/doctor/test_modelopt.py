@@ -42,14 +42,14 @@ def test_every_real_export_passes_under_its_own_format_name_and_declaration_file
     lines = result.stdout.splitlines()
     assert result.returncode == 0, result.stdout
     assert f"ModelOpt {FORMATS.get(name, 'NVFP4')} (config.json)" in lines[0]
-    assert lines[-1].startswith("All checks passed: no finding from 17 rules on ")
+    assert lines[-1].startswith("All checks passed: no finding from 19 rules on ")
 
 
 @pytest.mark.parametrize("name", EXPORTS)
 def test_the_rules_applied_to_a_real_export_leave_out_compressed_tensors_own(name):
     summary = checked(exported(name))["summary"]
     assert (summary["producer"], summary["format"]) == ("modelopt", FORMATS.get(name, "NVFP4"))
-    assert len(summary["rules_applied"]) == 17
+    assert len(summary["rules_applied"]) == 19
     assert not COMPRESSED_TENSORS_OWN & set(summary["rules_applied"])
 
 
@@ -72,6 +72,57 @@ def test_a_compressed_tensors_divisor_in_weight_scale_2_is_told_in_modelopt_term
     finding = next(f for f in checked(checkpoint)["findings"] if f["tensor"] == f"{EXPERT}.down_proj.weight_scale_2")
     assert "in ModelOpt's amax/(6*448) convention" in finding["detail"]
     assert finding["why"].startswith("the value looks like compressed-tensors' (6*448)/amax; vLLM multiplies by it")
+
+
+@pytest.mark.parametrize(
+    ("example", "tensors", "engines"),
+    [
+        (
+            "modelopt-weight-only-groups",
+            "no shard holds an input_scale, as weight-only has none",
+            "vLLM 0.23 reads quant_algo and builds W4A4 over activation scales never loaded",
+        ),
+        (
+            "modelopt-weight-only-groups-with-input-scales",
+            "the shards hold 56 input_scale tensors, as W4A4 has",
+            "serve it weight-only (W4A16_NVFP4), dropping those input scales",
+        ),
+    ],
+    ids=["no-input-scales", "input-scales"],
+)
+def test_nv608_names_both_sides_and_the_one_the_shards_bear_out(tmp_path, example, tensors, engines):
+    checkpoint = copy_of_export(tmp_path / "export")
+    MODELOPT_CORPUS[example].make(checkpoint, MODELOPT_LAYOUT)
+    (finding,) = checked(checkpoint)["findings"]
+    assert (finding["tensor"], finding["file"]) == (None, str(checkpoint / "config.json"))
+    assert finding["detail"] == (
+        "quant_algo NVFP4 declares W4A4 (activations quantized), but config groups group_0 all say "
+        f"input_activations: null (weight-only); {tensors}"
+    )
+    assert engines in finding["why"]
+
+
+def test_nv608_is_not_found_where_one_config_group_quantizes_activations(tmp_path):
+    """vLLM takes NVFP4 for weight-only only where every config group is: one W4A4 group keeps it W4A4."""
+    checkpoint = copy_of_export(tmp_path / "export")
+    config = json.loads((checkpoint / "config.json").read_text())
+    groups = config["quantization_config"]["config_groups"]
+    groups["group_1"] = {**groups["group_0"], "input_activations": None, "targets": ["re:.*never$"]}
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    assert checked(checkpoint)["findings"] == []
+
+
+def test_mixed_precision_nvfp4_is_w4a4_whatever_its_config_groups_say(tmp_path):
+    """vLLM builds MIXED_PRECISION's NVFP4 layers as W4A4 whatever the config groups say (its
+    ModelOptMixedPrecisionConfig never reads them): there is no contradiction for the engines to read two ways
+    (no NV608), and the experts are held to W4A4's input scales."""
+    checkpoint = copy_of_export(tmp_path / "export", "mixed")
+    config = json.loads((checkpoint / "config.json").read_text())
+    for group in config["quantization_config"]["config_groups"].values():
+        group["input_activations"] = None
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    assert checked(checkpoint)["findings"] == []
+    assert "config group NVFP4 (group size 16), NVFP4 W4A4: 48" in run_cli_in_process("check", checkpoint).stdout
 
 
 @pytest.mark.parametrize(

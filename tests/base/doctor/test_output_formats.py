@@ -596,7 +596,9 @@ def test_sarif_gives_the_pairs_of_rule_and_file_past_its_result_limit_one_result
 
 def test_sarif_lists_every_rule_applied_with_its_explanation(checkpoint):
     driver = sarif(checkpoint.parent, "ckpt")["runs"][0]["tool"]["driver"]
-    assert [rule["id"] for rule in driver["rules"]] == sorted(RULES)
+    assert [rule["id"] for rule in driver["rules"]] == [
+        code for code, rule in RULES.items() if rule.is_about(COMPRESSED_TENSORS_LAYOUT)
+    ]
     nv101 = driver["rules"][0]
     assert nv101["help"] == {"text": RULES["NV101"].explanation, "markdown": RULES["NV101"].explanation}
     assert nv101["defaultConfiguration"] == {"level": "warning"}
