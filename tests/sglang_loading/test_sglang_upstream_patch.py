@@ -12,6 +12,7 @@ import os
 import pytest
 
 from scalar_scales_testkit.sglang_cpu import MODELS, fused_scales_on_disk, with_kv_a_scale_doubled
+from scalar_scales_testkit.sglang_loaders import FORMS, LOADERS, documented, marked, outcome
 
 PATCHED = os.environ.get("SCALAR_SCALES_SGLANG_UPSTREAM")
 if not PATCHED:
@@ -43,3 +44,14 @@ def test_differing_fused_global_scales_are_a_named_error(load, artifact, copied,
         f"model.layers.0.self_attn.kv_a_proj_with_mqa.weight_global_scale ({kv_a}) differ, but they are fused "
         "into one layer that takes one per-tensor scale; quantize them with a shared scale"
     )
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("name", LOADERS)
+def test_each_fusing_loader_does_with_each_form_what_the_docs_say(load, loader_checkpoint, name, form):
+    """docs/sglang.md's rows of the upstream patch, which say every form loads the checkpoint's scale or is
+    refused by name (test_sglang_loaders.py)."""
+    path, scales = loader_checkpoint(name, form)
+    found = load(path, draft=LOADERS[name].draft)
+    assert not found["patched"]
+    assert marked(outcome(found, scales)) == documented(name, "upstream patch")[form], found["error"]
