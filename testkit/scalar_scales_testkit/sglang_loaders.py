@@ -27,6 +27,7 @@ __all__ = [
     "FORMS",
     "LOADERS",
     "LOADS",
+    "NVFP4_DROPPED",
     "PARTS",
     "REFUSES",
     "Loader",
@@ -142,6 +143,18 @@ LOADERS: dict[str, Loader] = {
 }
 """The loaders loaded on the CPU, by a name of ours. The toys' own (DeepSeek-V3's, GLM-4-MoE-Lite's) are loaded
 from their whole artifacts too (tests/sglang_loading/test_sglang_loading.py)."""
+
+NVFP4_DROPPED = {
+    "longcat-flash-nextn": Loader(
+        "longcat_flash_nextn.py:LongcatFlashForCausalLMNextN.load_weights",
+        "LongcatFlashForCausalLM",
+        True,
+        ("model.mtp.layers.0.self_attn",),
+        LOADERS["longcat-flash"].config,
+    )
+}
+"""Loaders that fuse, but never reach the fusion with a compressed-tensors NVFP4 checkpoint's tensors: LongCat's
+NextN loader keeps the MTP layer's tensors its table of FP8 names lists, and drops the rest."""
 
 FORMS = ("legacy", "format2", "legacy, differing", "format2, differing")
 """A checkpoint's forms: its global scales (1,) or 0-D, and ``kv_a_proj_with_mqa``'s weight global scale equal to

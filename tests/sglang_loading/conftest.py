@@ -132,14 +132,15 @@ def loader_checkpoint(
     """``loader_checkpoint("kimi-k3", "legacy, differing")``: that loader's checkpoint of that form
     (``scalar_scales_testkit.sglang_loaders``), written once per session, and its first attention's global
     scales by name."""
-    from scalar_scales_testkit.sglang_loaders import LOADERS, write_checkpoint
+    from scalar_scales_testkit.sglang_loaders import LOADERS, NVFP4_DROPPED, write_checkpoint
 
+    loaders = LOADERS | NVFP4_DROPPED
     root = tmp_path_factory.mktemp("loaders")
     cache: dict[tuple[str, str], tuple[Path, dict[str, float]]] = {}
 
     def get(name: str, form: str) -> tuple[Path, dict[str, float]]:
         if (name, form) not in cache:
-            loader, shape = LOADERS[name], form.split(",")[0]
+            loader, shape = loaders[name], form.split(",")[0]
             out = root / f"{name}-{form.replace(', ', '-')}"
             toy = artifact(loader.toy, shape) if loader.toy else None
             factor = 2.0 if form.endswith("differing") else 1.0
@@ -158,14 +159,15 @@ def loader_observed(
 ) -> Callable[[str, str, bool], tuple[dict[str, Any], dict[str, float]]]:
     """``loader_observed("kimi-k3", "legacy", plugins)``: what SGLang did with that loader's checkpoint of that
     form (as a draft where the loader's model is one), loaded once per session, and the checkpoint's scales."""
-    from scalar_scales_testkit.sglang_loaders import LOADERS
+    from scalar_scales_testkit.sglang_loaders import LOADERS, NVFP4_DROPPED
 
+    loaders = LOADERS | NVFP4_DROPPED
     cache: dict[tuple[str, str, bool], tuple[dict[str, Any], dict[str, float]]] = {}
 
     def get(name: str, form: str, plugins: bool) -> tuple[dict[str, Any], dict[str, float]]:
         if (name, form, plugins) not in cache:
             path, scales = loader_checkpoint(name, form)
-            cache[name, form, plugins] = (load(path, plugins=plugins, draft=LOADERS[name].draft), scales)
+            cache[name, form, plugins] = (load(path, plugins=plugins, draft=loaders[name].draft), scales)
         return cache[name, form, plugins]
 
     return get

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 import pytest
 
-from scalar_scales_testkit.sglang_loaders import FORMS, LOADERS, documented, expected_with_a_fix, marked, outcome
+from scalar_scales_testkit.sglang_loaders import (
+    FORMS,
+    LOADERS,
+    documented,
+    expected_with_a_fix,
+    marked,
+    outcome,
+)
 
 FIXES = {"none": False, "plugin": True}
 
@@ -48,3 +55,11 @@ def test_with_the_plugin_differing_scales_are_refused_naming_the_checkpoint_s_te
         f"which takes one per-tensor scale, but theirs differ ({scales[q_a]!r}, {scales[kv_a]!r}); no one value is "
         "right for all of them: quantize them with a shared global scale (llm-compressor does)"
     )
+
+
+@pytest.mark.parametrize("form", ["legacy", "format2"])
+def test_longcat_s_nextn_loader_drops_an_nvfp4_mtp_layer_whatever_the_shape_of_its_scales(loader_observed, form):
+    """docs/sglang.md: it loads, its fused layer's scales left as SGLang initialized them."""
+    found, scales = loader_observed("longcat-flash-nextn", form, False)
+    assert found["model"] == "LongcatFlashForCausalLMNextN"
+    assert outcome(found, scales) == "loads, scales not the checkpoint's"

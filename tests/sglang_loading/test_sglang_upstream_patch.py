@@ -55,3 +55,21 @@ def test_each_fusing_loader_does_with_each_form_what_the_docs_say(load, loader_c
     found = load(path, draft=LOADERS[name].draft)
     assert not found["patched"]
     assert marked(outcome(found, scales)) == documented(name, "upstream patch")[form], found["error"]
+
+
+def test_the_patch_s_helper_fuses_single_values_of_either_shape_and_refuses_three_that_differ_naming_each():
+    """What dots.3's loader calls with its three parts (no checkpoint of it loads on the CPU here)."""
+    import torch
+    from sglang.srt.model_loader.weight_utils import fuse_parts, fuse_per_tensor_scales
+
+    names = ["q_a_proj.weight_global_scale", "kv_a_proj_with_mqa.weight_global_scale", "g_proj.weight_global_scale"]
+    one = fuse_parts(names[:2], [torch.tensor([448.0]), torch.tensor(448.0)])
+    assert one.shape == () and one.item() == 448.0
+    assert fuse_parts(names[:2], [torch.ones(2, 3), torch.ones(1, 3)]).shape == (3, 3)
+    with pytest.raises(ValueError) as refused:
+        fuse_per_tensor_scales(names, [torch.tensor([448.0]), torch.tensor([448.0]), torch.tensor([896.0])])
+    assert str(refused.value) == (
+        "q_a_proj.weight_global_scale (448.0), kv_a_proj_with_mqa.weight_global_scale (448.0) and "
+        "g_proj.weight_global_scale (896.0) differ, but they are fused into one layer that takes one per-tensor "
+        "scale; quantize them with a shared scale"
+    )
