@@ -162,8 +162,8 @@ FORMS = ("legacy", "format2", "legacy, differing", "format2, differing")
 
 LOADS = "loads the checkpoint's scale"
 REFUSES = "refused, naming both tensors"
-"""An error that names both parts' tensors (the plugin's names the checkpoint's; the upstream patch's, the loader's,
-which for a draft's layer is SGLang's renaming of the checkpoint's)."""
+"""An error that names both parts' tensors, not the fused layer's alone (that both the plugin's and the upstream
+patch's name the checkpoint's where a draft's loader renames them is tested on its own)."""
 _KNOWN_FAILURES = {
     "AssertionError: param.shape=torch.Size([1]) param.dtype=torch.float32 loaded_weight.shape=torch.Size([2])": (
         "fails: AssertionError, shape (2,) into (1,)"

@@ -73,3 +73,15 @@ def test_the_patch_s_helper_fuses_single_values_of_either_shape_and_refuses_thre
         "g_proj.weight_global_scale (896.0) differ, but they are fused into one layer that takes one per-tensor "
         "scale; quantize them with a shared scale"
     )
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3-nextn", "glm4-moe-lite-nextn", "kimi-k25-eagle3", "kimi-k3"])
+def test_differing_scales_are_refused_naming_the_checkpoint_s_tensors(loader_observed, name):
+    """A draft's loader renames the checkpoint's layer before it fuses (DeepSeek's and GLM's NextN layer 2 to
+    ``model.decoder``, EAGLE-3's ``layers.0`` to ``model.midlayer``): the error names the checkpoint's tensors."""
+    found, scales = loader_observed(name, "legacy, differing", False)
+    q_a, kv_a = (name for name in scales if name.endswith(".weight_global_scale"))
+    assert found["error"] == (
+        f"ValueError: {q_a} ({scales[q_a]}) and {kv_a} ({scales[kv_a]}) differ, but they are fused into one layer "
+        "that takes one per-tensor scale; quantize them with a shared scale"
+    )
