@@ -1,27 +1,34 @@
 """The SGLang loader functions we patch, and the replacements.
 
-SGLang's DeepSeek-family loaders fuse ``q_a_proj`` and ``kv_a_proj_with_mqa``
-into one ``ReplicatedLinear`` (``fused_qkv_a_proj_with_mqa``) on load, and its
-NVFP4 linear takes one weight global scale for the whole fused weight
+SGLang's MLA models fuse ``q_a_proj`` and ``kv_a_proj_with_mqa`` (dots.3 adds
+``g_proj``) into one ``ReplicatedLinear`` on load, and its NVFP4 linear takes
+one weight global scale for the whole fused weight
 (``CompressedTensorsW4A4Fp4.process_weights_after_loading``:
-``alpha = 1 / (input_global_scale * weight_global_scale.max())``). Legacy
-(1,) scales reach that layer concatenated, shape (2,), and its
-``weight_loader`` asserts equal sizes: the model does not load. 0-D scales
-take another branch in DeepSeek's loader, which keeps ``q_a_proj``'s value
-and drops ``kv_a_proj_with_mqa``'s without a word, and GLM-4-MoE-Lite's
-loader refuses them (it concatenates them too).
+``alpha = 1 / (input_global_scale * weight_global_scale.max())``). Each model's
+``load_weights`` fuses them its own way (:data:`SINGLE_SLOT_FUSIONS` lists the
+fused layers; docs/sglang.md lists the loaders): most ``torch.cat`` the parts,
+so legacy (1,) scales reach the layer as shape (2,) and its ``weight_loader``
+asserts equal sizes; 0-D ones fail in ``torch.cat``, or take a branch that
+keeps ``q_a_proj``'s value (DeepSeek), or an ``IndexError`` (Kimi-K3, which
+copies slices into the fused parameter itself and so keeps ``q_a_proj``'s
+value of (1,) ones, whatever ``kv_a_proj_with_mqa``'s is).
 
-So the patch does two things:
+So the patch does three things, all on SGLang's default model loader
+(``DefaultModelLoader.load_weights_only``, the safetensors load formats, which
+loads drafts too) or below it, so that it holds for every model's loader:
 
-- on SGLang's default model loader (``DefaultModelLoader.load_weights_only``,
-  the safetensors load formats) every 0-D global scale enters the model's
-  ``load_weights`` as (1,), the shape llm-compressor has always written, which
-  the loaders of both models take up to the fusion;
+- every 0-D global scale enters the model's ``load_weights`` as (1,), the
+  shape llm-compressor has always written, which every loader takes up to the
+  fusion;
+- the per-tensor scales of a fusion's parts are compared as they enter, by
+  their names in the checkpoint: parts whose values differ are a named error
+  before the model's loader can keep one of them;
 - a per-tensor scale slot of a ``ReplicatedLinear`` takes the fused parts'
-  values as one, where they are one: equal parts load, and parts that differ
-  are a named error. One value for both would be wrong for the other: its
-  NVFP4 blocks are scaled relative to its own global scale, so any other
-  value scales its output by the ratio of the two.
+  values as one, where they are one.
+
+One value for all would be wrong for the others: their NVFP4 blocks are
+scaled relative to their own global scale, so any other value scales their
+output by the ratio of the two.
 """
 
 from __future__ import annotations
@@ -36,11 +43,14 @@ from scalar_scales.nvfp4 import is_global_scale
 from scalar_scales.patching import Patch, PatchSet
 from sglang_patch.declared import LOGGER, SUPPORTED, FusedScalesDifferError, sglang_version
 
-__all__ = ["LOADER_PATCHES", "announce_at_first_load"]
+__all__ = ["LOADER_PATCHES", "SINGLE_SLOT_FUSIONS", "announce_at_first_load"]
 
-_FUSED = "fused_qkv_a_proj_with_mqa"
-_PARTS = ("q_a_proj", "kv_a_proj_with_mqa")
-"""The fused layer, and the checkpoint's layers SGLang fuses into it, in the order it concatenates them."""
+SINGLE_SLOT_FUSIONS = {
+    "fused_qkv_a_proj_with_mqa": ("q_a_proj", "kv_a_proj_with_mqa"),
+    "fused_qkv_a_g_proj_with_mqa": ("q_a_proj", "kv_a_proj_with_mqa", "g_proj"),
+}
+"""The ``ReplicatedLinear`` layers SGLang 0.5.23's loaders fuse checkpoint layers into, one per-tensor scale for
+all of them, and those layers, in the order the loaders concatenate them (read from its ``models/``)."""
 
 
 def _warn(message: str) -> None:
@@ -66,7 +76,7 @@ def _as_legacy_shape(load_weights_only: Any) -> Any:
             _first_load.pop()()
         _loading.append(model)
         try:
-            return original(model, _legacy_shaped(weights), target_device)
+            return original(model, _FusedPartners(model).checked(_legacy_shaped(weights)), target_device)
         finally:
             _loading.remove(model)
 
@@ -78,6 +88,50 @@ def _legacy_shaped(weights: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tupl
         if tensor.dim() == 0 and is_global_scale(name):
             tensor = tensor.reshape(1)
         yield name, tensor
+
+
+class _FusedPartners:
+    """The model's single-slot fusions' per-tensor scales, compared by their checkpoint names as they enter its
+    ``load_weights``: whatever a model's loader does with them, parts that differ never load."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        from sglang.srt.layers.linear import ReplicatedLinear
+
+        present = {name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, ReplicatedLinear)}
+        self.fusions = {fused: parts for fused, parts in SINGLE_SLOT_FUSIONS.items() if fused in present}
+        self.waiting: dict[str, dict[str, tuple[str, torch.Tensor]]] = {}
+
+    def checked(self, weights: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
+        for name, tensor in weights:
+            if self.fusions and tensor.numel() == 1 and name.endswith("scale"):
+                self._see(name, tensor)
+            yield name, tensor
+
+    def _see(self, name: str, tensor: torch.Tensor) -> None:
+        for fused, parts in self.fusions.items():
+            for part in parts:
+                if f".{part}." in f".{name}":
+                    fused_name = f".{name}".replace(f".{part}.", f".{fused}.", 1)[1:]
+                    group = self.waiting.setdefault(fused_name, {})
+                    group[part] = (name, tensor)
+                    if len(group) == len(parts):
+                        del self.waiting[fused_name]
+                        _refuse_differing(fused_name, [group[p] for p in parts])
+
+
+def _refuse_differing(fused_name: str, parts: list[tuple[str, torch.Tensor]]) -> None:
+    values = [float(tensor.reshape(()).item()) for _, tensor in parts]
+    if any(value != values[0] for value in values):
+        _differ(fused_name, [name for name, _ in parts], values)
+
+
+def _differ(fused_name: str, part_names: list[str], values: list[float]) -> None:
+    parts = f" ({', '.join(part_names[:-1])} and {part_names[-1]})" if part_names else ""
+    raise FusedScalesDifferError(
+        f"{fused_name}: SGLang fuses {len(values)} layers{parts} into one, which takes one per-tensor scale, but "
+        f"theirs differ ({', '.join(repr(v) for v in values)}); no one value is right for all of them: quantize "
+        "them with a shared global scale (llm-compressor does)"
+    )
 
 
 def _one_value_slot(weight_loader: Callable[..., Any]) -> Callable[..., Any]:
@@ -105,12 +159,9 @@ def _one_value(layer: torch.nn.Module, param: torch.nn.Parameter, values: torch.
             (n for model in (*_loading, layer) for n, p in model.named_parameters() if p is param),
             "a per-tensor scale",
         )
-        parts = f" ({' and '.join(where.replace(_FUSED, part) for part in _PARTS)})" if _FUSED in where else ""
-        raise FusedScalesDifferError(
-            f"{where}: SGLang fuses {values.numel()} layers{parts} into one, which takes one per-tensor scale, but "
-            f"theirs differ ({', '.join(repr(v) for v in values.reshape(-1).tolist())}); no one value is right for "
-            "all of them: quantize them with a shared global scale (llm-compressor does)"
-        )
+        fused = next((f for f in SINGLE_SLOT_FUSIONS if f".{f}." in f".{where}"), None)
+        named = [where.replace(fused, part) for part in SINGLE_SLOT_FUSIONS[fused]] if fused else []
+        _differ(where, named if len(named) == values.numel() else [], values.reshape(-1).tolist())
     return first
 
 
@@ -121,7 +172,8 @@ LOADER_PATCHES = PatchSet(
             "sglang.srt.model_loader.loader.DefaultModelLoader",
             "load_weights_only",
             _as_legacy_shape,
-            "0-D global scales enter as (1,), the shape llm-compressor has always written",
+            "0-D global scales enter as (1,), the shape llm-compressor has always written, and the per-tensor "
+            "scales of layers fused into one are compared by name",
             parameters=("model", "weights", "target_device"),
         ),
         Patch(

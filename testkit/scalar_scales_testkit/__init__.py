@@ -10,6 +10,8 @@
 - ``reported``: failures users reported in public threads, as replicas, with what ``check`` must say of each.
 - ``producer``: the toy quantized through each llm-compressor save path, and loaded for reference.
 - ``roundtrip``: the round trip's artifacts, its fixed prompts and the results it records.
+- ``sglang_cpu``: SGLang's own ``get_model`` run on the CPU.
+- ``sglang_loaders``: SGLang's loaders that fuse MLA a-projections, each given a checkpoint it loads.
 - ``toys``: toy MoE architectures beyond the built-in Qwen3-MoE (OLMoE, Qwen2-MoE, DeepSeek-V3).
 - ``vllm_layers``: real vLLM MoE layers on the CPU, and loading into them.
 
@@ -27,6 +29,8 @@ __all__ = [
     "replicas",
     "reported",
     "roundtrip",
+    "sglang_cpu",
+    "sglang_loaders",
     "synthetic",
     "toys",
     "vllm_layers",

@@ -6,7 +6,9 @@ What the CPU lacks is answered here, and only that:
   process, as SGLang's own layer tests set them up (``sglang.test.layer_ut_utils``);
 - NVFP4's platform gates: the linear scheme asks CUDA for the device's
   capability, and the MoE scheme refuses all but Blackwell. They are answered
-  "supported", so every layer is built as on a Blackwell GPU. Loading never
+  "supported", so every layer is built as on a Blackwell GPU. CUDA streams
+  a model builds whatever the device (Kimi-K3's, for overlap) are stand-ins
+  that raise on use. Loading never
   runs a kernel; post-processing that needs CUDA (W4A16's Marlin repack)
   fails as on any CPU, so the tests load NVFP4 (W4A4) artifacts only;
 - config fields SGLang's DeepSeek-family models read and transformers' configs
@@ -33,9 +35,11 @@ from typing import Any
 __all__ = [
     "CONFIG_OVERRIDES",
     "FUSED",
+    "FUSED_LAYERS",
     "GLOBAL_SCALES",
     "MLA_A_PROJECTIONS",
     "MODELS",
+    "fused_global_scales",
     "fused_scales_on_disk",
     "load_model",
     "loaded_parameter",
@@ -71,6 +75,18 @@ def _answer_platform_gates() -> None:
 
     CompressedTensorsConfig._check_scheme_supported = lambda self, min_capability, error=True: True
     CompressedTensorsW4A4Nvfp4MoE.requires_blackwell = False
+    import torch
+
+    if not torch.cuda.is_available():
+        torch.cuda.Stream = _UnusedStream  # type: ignore[misc]
+
+
+class _UnusedStream:
+    """What ``torch.cuda.Stream()`` builds on the CPU: Kimi-K3's model builds three streams for overlap in its
+    constructor, whatever the device, and loading uses none (any use of one raises)."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(f"a CUDA stream's {name} on the CPU: the tests load, they do not run the model")
 
 
 def _one_process_groups(server_args: Any) -> None:
@@ -86,9 +102,11 @@ def _one_process_groups(server_args: Any) -> None:
     parallel_state.initialize_model_parallel(backend="gloo")
 
 
-def load_model(artifact: Path, *, port: int) -> Any:
+def load_model(artifact: Path, *, port: int, draft: bool = False) -> Any:
     """SGLang's model for ``artifact``, its weights loaded and post-processed by ``get_model``, with SGLang's
-    logging configured first, as its scheduler does; an error in loading propagates as SGLang raised it."""
+    logging configured first, as its scheduler does; an error in loading propagates as SGLang raised it.
+    ``draft``: as SGLang's speculative worker loads a draft model (``ModelConfig(is_draft_model=True)``, which
+    makes DeepSeek's, GLM's, LongCat's and the other MTP models their NextN class)."""
     os.environ["MASTER_PORT"] = str(port)
     from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
     from sglang.srt.utils import configure_logger
@@ -112,7 +130,7 @@ def load_model(artifact: Path, *, port: int) -> Any:
     _one_process_groups(server_args)
     _answer_platform_gates()
     return get_model(
-        model_config=ModelConfig.from_server_args(server_args),
+        model_config=ModelConfig.from_server_args(server_args, is_draft_model=draft),
         load_config=LoadConfig(load_format="auto"),
         device_config=DeviceConfig("cpu"),
     )
@@ -151,6 +169,15 @@ def nothing_loaded() -> bool:
     )
 
 
+def fused_global_scales(model: Any) -> dict[str, list[float]]:
+    """The global scales of every layer the model fused from several of the checkpoint's, by parameter name."""
+    return {
+        name: loaded_parameter(model, name)
+        for name, _ in model.named_parameters()
+        if name.endswith(GLOBAL_SCALES) and any(f".{layer}." in name for layer in FUSED_LAYERS)
+    }
+
+
 def loaded_parameter(model: Any, name: str) -> list[float]:
     """A loaded parameter's values, flattened (for the fused layers' global scales)."""
     return [float(v) for v in dict(model.named_parameters())[name].detach().reshape(-1).tolist()]
@@ -158,6 +185,8 @@ def loaded_parameter(model: Any, name: str) -> list[float]:
 
 MLA_A_PROJECTIONS = ("q_a_proj", "kv_a_proj_with_mqa")
 """The projections SGLang fuses into one, whose global scales its loaders concatenate (or pick one of)."""
+FUSED_LAYERS = ("fused_qkv_a_proj_with_mqa", "fused_qkv_a_g_proj_with_mqa")
+"""The layers SGLang's MLA models fuse the a-projections into (dots.3 adds ``g_proj``)."""
 FUSED = "model.layers.{}.self_attn.fused_qkv_a_proj_with_mqa.{}"
 """SGLang's fused MLA a-projection of a layer, and one of its global scales."""
 _PART = "model.layers.{}.self_attn.{}.{}"

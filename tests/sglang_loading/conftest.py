@@ -62,8 +62,8 @@ def _loader(workers: Workers, plugins: bool, env: dict[str, str] | None, *, own:
     return workers.own(command, environment) if own else workers.shared(command, environment)
 
 
-def _load_in(worker: Worker, path: Path) -> dict[str, Any]:
-    reply = worker.request({"artifact": str(path), "port": free_port()}, timeout=600)
+def _load_in(worker: Worker, path: Path, draft: bool = False) -> dict[str, Any]:
+    reply = worker.request({"artifact": str(path), "port": free_port(), "draft": draft}, timeout=600)
     if reply.retried_after:  # a load that ends a process only after others is state they leave: say so
         warnings.warn(f"{path}: loaded again in a new process: {reply.retried_after}", stacklevel=2)
     assert reply.failure is None and reply.result is not None, f"{reply.failure}\n{reply.log[-3000:]}"
@@ -79,10 +79,12 @@ def loaders() -> Iterator[Workers]:
 
 @pytest.fixture(scope="session")
 def load(loaders: Workers) -> Callable[..., dict[str, Any]]:
-    """``load(path, plugins=False, env={})``: what SGLang did with the artifact, as load_artifact.py prints it,
-    and its log as ``log``; loaded in the session's loader process of that plugin setting and environment,
-    named as ``process``, after its ``loads_before`` loads."""
-    return lambda path, plugins=False, env=None: _load_in(_loader(loaders, plugins, env, own=False), path)
+    """``load(path, plugins=False, env={}, draft=False)``: what SGLang did with the artifact (as a draft model
+    where ``draft``), as load_artifact.py prints it, and its log as ``log``; loaded in the session's loader
+    process of that plugin setting and environment, named as ``process``, after its ``loads_before`` loads."""
+    return lambda path, plugins=False, env=None, draft=False: _load_in(
+        _loader(loaders, plugins, env, own=False), path, draft
+    )
 
 
 @pytest.fixture
@@ -119,6 +121,54 @@ def observed(
             result.details = {"architecture": MODELS[toy], "fused": list(MLA_A_PROJECTIONS)}
             result.record("sglang", versions=installed_versions() | {"sglang": version("sglang")})
         return cache[toy, form, plugins]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def loader_checkpoint(
+    tmp_path_factory: pytest.TempPathFactory, artifact: Callable[[str, str], Path]
+) -> Callable[[str, str], tuple[Path, dict[str, float]]]:
+    """``loader_checkpoint("kimi-k3", "legacy, differing")``: that loader's checkpoint of that form
+    (``scalar_scales_testkit.sglang_loaders``), written once per session, and its first attention's global
+    scales by name."""
+    from scalar_scales_testkit.sglang_loaders import LOADERS, NVFP4_DROPPED, write_checkpoint
+
+    loaders = LOADERS | NVFP4_DROPPED
+    root = tmp_path_factory.mktemp("loaders")
+    cache: dict[tuple[str, str], tuple[Path, dict[str, float]]] = {}
+
+    def get(name: str, form: str) -> tuple[Path, dict[str, float]]:
+        if (name, form) not in cache:
+            loader, shape = loaders[name], form.split(",")[0]
+            out = root / f"{name}-{form.replace(', ', '-')}"
+            toy = artifact(loader.toy, shape) if loader.toy else None
+            factor = 2.0 if form.endswith("differing") else 1.0
+            cache[name, form] = (
+                out,
+                write_checkpoint(out, artifact("deepseek-v3", shape), loader, toy=toy, kv_a_factor=factor),
+            )
+        return cache[name, form]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def loader_observed(
+    load: Callable[..., dict[str, Any]], loader_checkpoint: Callable[[str, str], tuple[Path, dict[str, float]]]
+) -> Callable[[str, str, bool], tuple[dict[str, Any], dict[str, float]]]:
+    """``loader_observed("kimi-k3", "legacy", plugins)``: what SGLang did with that loader's checkpoint of that
+    form (as a draft where the loader's model is one), loaded once per session, and the checkpoint's scales."""
+    from scalar_scales_testkit.sglang_loaders import LOADERS, NVFP4_DROPPED
+
+    loaders = LOADERS | NVFP4_DROPPED
+    cache: dict[tuple[str, str, bool], tuple[dict[str, Any], dict[str, float]]] = {}
+
+    def get(name: str, form: str, plugins: bool) -> tuple[dict[str, Any], dict[str, float]]:
+        if (name, form, plugins) not in cache:
+            path, scales = loader_checkpoint(name, form)
+            cache[name, form, plugins] = (load(path, plugins=plugins, draft=loaders[name].draft), scales)
+        return cache[name, form, plugins]
 
     return get
 

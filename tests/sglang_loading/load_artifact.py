@@ -15,8 +15,9 @@ does, once, at the start of the process: after the scheduler's imports have
 imported the model loader, and before it configures logging. So the plugin
 is found through its entry point (and ``SGLANG_PLUGINS`` applies). The line
 holds ``loaded``, ``error`` (type and message, as SGLang raised it) and, once
-loaded, the fused MLA a-projection's scales of each layer, what the plugin
-patched, and where the ``sglang`` imported lies.
+loaded, the model's class and the global scales of its fused MLA
+a-projections, what the plugin patched, and where the ``sglang`` imported
+lies. A request's ``draft`` loads the artifact as SGLang loads a draft model.
 """
 
 from __future__ import annotations
@@ -37,26 +38,23 @@ def start(plugins: bool) -> None:
         load_plugins()
 
 
-def load(artifact: Path, port: int) -> dict[str, object]:
-    """What SGLang did with ``artifact``: the JSON line's object."""
+def load(artifact: Path, port: int, draft: bool = False) -> dict[str, object]:
+    """What SGLang did with ``artifact`` (as a draft model where ``draft``): the JSON line's object."""
     import sglang
 
-    from scalar_scales_testkit.sglang_cpu import FUSED, GLOBAL_SCALES, load_model, loaded_parameter
+    from scalar_scales_testkit.sglang_cpu import FUSED, fused_global_scales, load_model, loaded_parameter
 
     result: dict[str, object] = {"loaded": False, "error": None, "sglang": sglang.__file__}
     try:
-        model = load_model(artifact, port=port)
+        model = load_model(artifact, port=port, draft=draft)
     except Exception as error:  # what SGLang raised is the observation
         result["error"] = f"{type(error).__name__}: {error}"
     else:
-        layers = model.config.num_hidden_layers
         result["loaded"] = True
-        result["fused"] = {
-            FUSED.format(layer, scale): loaded_parameter(model, FUSED.format(layer, scale))
-            for layer in range(layers)
-            for scale in GLOBAL_SCALES
-        }
-        result["alpha"] = {FUSED.format(0, "alpha"): loaded_parameter(model, FUSED.format(0, "alpha"))}
+        result["model"] = type(model).__name__
+        result["fused"] = fused_global_scales(model)
+        alpha = FUSED.format(0, "alpha")
+        result["alpha"] = {alpha: loaded_parameter(model, alpha)} if alpha in dict(model.named_parameters()) else {}
     import sglang_patch
 
     result["patched"] = sglang_patch.is_applied()
@@ -79,7 +77,7 @@ def main() -> None:
         from scalar_scales_testkit.worker import serve
 
         serve(
-            lambda request: load(Path(request["artifact"]), int(request["port"])),
+            lambda request: load(Path(request["artifact"]), int(request["port"]), bool(request.get("draft"))),
             start=lambda: start(plugins),
             reset=reset,
         )

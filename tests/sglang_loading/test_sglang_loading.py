@@ -80,7 +80,8 @@ def test_the_plugin_is_found_through_sglang_s_entry_point_and_says_what_it_patch
     assert found["patched"] and len(lines) == 1
     assert lines[0].endswith(
         "scalar-scales: SGLang 0.5.23: patched load_weights_only (0-D global scales enter as (1,), the shape "
-        "llm-compressor has always written); weight_loader (a fused layer's per-tensor scale takes its parts' equal "
+        "llm-compressor has always written, and the per-tensor scales of layers fused into one are compared by "
+        "name); weight_loader (a fused layer's per-tensor scale takes its parts' equal "
         "values as one, and refuses differing ones)"
     )
 

@@ -97,3 +97,40 @@ def test_a_gguf_parameter_not_yet_materialized_passes_through_to_sglang_s_loader
     param.is_gguf_weight = True
     layer.weight_loader(param, torch.ones(4, 4))
     assert torch.equal(param.data, torch.ones(4, 4))
+
+
+def test_three_fused_parts_whose_scales_differ_are_refused_by_the_checkpoint_s_names():
+    """dots.3 fuses ``g_proj`` too (``fused_qkv_a_g_proj_with_mqa``; no checkpoint of it loads on the CPU here):
+    through the patched ``load_weights_only``, a model holding that layer is given parts whose weight global
+    scales are equal, then parts where ``g_proj``'s differs."""
+    import torch
+    from sglang.srt.layers.linear import ReplicatedLinear
+    from sglang.srt.model_loader.loader import DefaultModelLoader
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fused_qkv_a_g_proj_with_mqa = ReplicatedLinear(4, 4, bias=False, params_dtype=torch.float32)
+            self.loaded = []
+
+        def load_weights(self, weights):
+            self.loaded += [name for name, _ in weights]
+
+    def parts(g_proj):
+        return [
+            (f"model.layers.0.self_attn.{part}.weight_global_scale", torch.tensor([value]))
+            for part, value in (("q_a_proj", 448.0), ("kv_a_proj_with_mqa", 448.0), ("g_proj", g_proj))
+        ]
+
+    sglang_patch.apply()
+    model = Model()
+    DefaultModelLoader.load_weights_only(model, parts(448.0), torch.device("cpu"))
+    assert len(model.loaded) == 3
+    with pytest.raises(sglang_patch.FusedScalesDifferError) as refused:
+        DefaultModelLoader.load_weights_only(Model(), parts(896.0), torch.device("cpu"))
+    assert str(refused.value).startswith(
+        "model.layers.0.self_attn.fused_qkv_a_g_proj_with_mqa.weight_global_scale: SGLang fuses 3 layers "
+        "(model.layers.0.self_attn.q_a_proj.weight_global_scale, model.layers.0.self_attn.kv_a_proj_with_mqa."
+        "weight_global_scale and model.layers.0.self_attn.g_proj.weight_global_scale) into one, which takes one "
+        "per-tensor scale, but theirs differ (448.0, 448.0, 896.0)"
+    )
