@@ -1,0 +1,312 @@
+"""The rules on a global scale judged against its siblings (NV3, scale values): a placeholder among calibrated
+values, and an outlier.
+
+A scale's siblings are the scales a calibration of the same data should make
+alike: the same projection's in every expert of one MoE layer (a layer's
+``experts.N.down_proj``), and, outside the experts, the same projection's in
+every layer (``layers.N.self_attn.q_proj``). A value is judged only against
+a group of at least :data:`MIN_SIBLINGS`, by its distance in decades (log10)
+from the group's median, which half the group may be wrong without moving.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import statistics
+from collections import Counter
+from collections.abc import Iterator
+from itertools import repeat
+from typing import NamedTuple, cast
+
+from scalar_scales.doctor.examples import Example, ScaleAmax, SetValue
+from scalar_scales.doctor.rules import Found, checkpoint_rule
+from scalar_scales.doctor.view import CheckpointView
+from scalar_scales.nvfp4 import COMPRESSED_TENSORS, SCALE_NUMERATOR, ProducerLayout
+
+__all__ = [
+    "MIN_SIBLINGS",
+    "OUTLIER_DECADES",
+    "OUTLIER_MADS",
+    "PLACEHOLDER",
+    "PLACEHOLDER_DECADES",
+    "outlier_scale",
+    "placeholder_scale",
+]
+
+MIN_SIBLINGS = 3
+"""The fewest scales a group must hold to be judged: of two, neither shows which is the odd one."""
+PLACEHOLDER = 1.0
+"""What compressed-tensors (0.15 on, PR #637: ``generate_gparam``'s ``nan_to_num``) writes for a global scale
+whose calibration gave NaN or Inf: an expert calibration never routed a token to has amax 0, and 2688 / amax
+overflows."""
+PLACEHOLDER_DECADES = 1.0
+"""How far (in decades) every calibrated sibling must be from a 1.0 for it to be a placeholder: a calibrated 1.0
+means an amax of exactly 2688.0, and the real exports' siblings lie within 0.155 decades of their median."""
+OUTLIER_DECADES = 3.0
+"""How far (in decades) from its siblings' median a value must be to be an outlier, at the least: the real
+``oneshot`` and ModelOpt exports' siblings lie within 0.155 decades of their median, the synthetic checkpoint's
+(drawn uniformly from 100 to 50,000) within log10(500) = 2.7."""
+OUTLIER_MADS = 3.5 / 0.6745
+"""How many median absolute deviations (in decades) from the median a value must be to be an outlier, where the
+group's own spread is wider than :data:`OUTLIER_DECADES` allows for: Iglewicz and Hoaglin's modified z-score
+cut-off of 3.5."""
+
+
+@checkpoint_rule(
+    "NV304",
+    "placeholder-scale",
+    "error",
+    "wrong-output",
+    summary="a global scale of 1.0, compressed-tensors' placeholder, among calibrated siblings",
+    needs=("nvfp4",),
+    producers=frozenset({COMPRESSED_TENSORS}),
+    examples=(
+        Example(
+            "placeholder-expert",
+            "calibration gave an expert's down projection an amax of 0, and compressed-tensors wrote 1.0 for the "
+            "Inf that 2688 / 0 makes",
+            (SetValue("{module}.down_proj.{input_global}", PLACEHOLDER),),
+        ),
+    ),
+    explanation="""
+        A `weight_global_scale` or `input_global_scale` of exactly 1.0 where
+        every other one of its siblings (the same projection in the other
+        experts of its MoE layer, or, outside the experts, in the other
+        layers; three at the least) is at least 10 times larger or smaller.
+        compressed-tensors 0.15 and later (PR #637) writes 1.0 where
+        calibration gave NaN or Inf: an expert calibration never routed a
+        token to has amax 0, and `2688 / amax` overflows (earlier versions
+        wrote the Inf, NV301). A 1.0 is a valid divisor alone; a calibrated
+        one would mean an amax of exactly 2688.0, while its siblings show
+        the module's range is 10 times apart.
+
+        vLLM's fused-MoE paths that give every expert of a layer one input
+        scale (FlashInfer's, and the emulation: `amax_for_moe_activation_quant`,
+        `a13_scale.max()`) take the largest amax among the experts: one
+        placeholder (amax 2688) sets the activation range of every expert of
+        its layer, and their FP8 group scales lose their precision. The
+        finding gives the siblings' range.
+        """,
+)
+def placeholder_scale(checkpoint: CheckpointView) -> Iterator[Found]:
+    layout = checkpoint.layout
+    if layout is None:
+        return
+    for leaf in (layout.weight_global, layout.input_global):
+        if PLACEHOLDER not in checkpoint.scales_of(leaf)[2]:
+            continue  # as nearly every checkpoint: decided at C speed
+        for group in _judged(checkpoint, leaf, 10.0**PLACEHOLDER_DECADES):
+            placeholders, calibrated = _split_placeholders(group.values)
+            for k in placeholders:
+                yield group.found(k, leaf, checkpoint, _placeholder_message(leaf, layout, group, calibrated))
+
+
+@checkpoint_rule(
+    "NV305",
+    "outlier-scale",
+    "warning",
+    "none",
+    summary="a global scale orders of magnitude from its siblings'",
+    needs=("nvfp4",),
+    examples=(
+        Example(
+            "outlier-expert",
+            "an expert's down projection calibrated on a token of near-zero activations: its input scale implies "
+            "an amax a millionth of the other experts'",
+            (ScaleAmax("{module}.down_proj.{input_global}", 1e-6),),
+        ),
+    ),
+    explanation=f"""
+        A global scale (`weight_global_scale`/`input_global_scale`,
+        ModelOpt's `weight_scale_2`/`input_scale`) far from its siblings':
+        the same projection in the other experts of its MoE layer, or,
+        outside the experts, in the other layers (three at the least). Far
+        is measured in decades (log10) from the group's median, robust to up
+        to half the group being wrong: at least {OUTLIER_DECADES:g} decades
+        (1000 times), and at least {OUTLIER_MADS:.2f} median absolute
+        deviations (Iglewicz and Hoaglin's modified z-score above 3.5) where
+        the group spreads wider.
+
+        The real `oneshot` (compressed-tensors 0.19 and 0.20, four toys) and
+        ModelOpt exports' 1,950 groups of siblings lie within 0.155 decades
+        (1.43 times) of their median; the synthetic checkpoint's scales,
+        drawn from 100 to 50,000, within 2.41. A value 1000 times from its
+        siblings' median is a calibration that saw almost nothing (an expert
+        routed a token or two) or a placeholder: compressed-tensors' 1.0 is
+        NV304's, and a value in the other producer's convention NV302's, and
+        neither is reported here.
+
+        What it does depends on the path: where vLLM gives every expert of a
+        layer one input scale (FlashInfer's fused MoE, the emulation), it takes
+        the largest amax, so an outlier of larger amax sets every expert's
+        activation range, and one of smaller amax is unused; where each expert
+        keeps its own (vLLM's CUTLASS path, TensorRT-LLM's per-expert scales),
+        an expert whose scale implies a small amax saturates its activations.
+        The finding gives the value, the amax it implies, and the siblings'
+        range.
+        """,
+)
+def outlier_scale(checkpoint: CheckpointView) -> Iterator[Found]:
+    layout = checkpoint.layout
+    if layout is None:
+        return
+    placeholders_apply = layout.producer == COMPRESSED_TENSORS
+    for leaf in (layout.weight_global, layout.input_global):
+        bound, below = layout.other_convention_bound(leaf), layout.other_convention_below
+        for group in _judged(checkpoint, leaf, 10.0**OUTLIER_DECADES):
+            values = group.values
+            skipped = set(_split_placeholders(values)[0]) if placeholders_apply and PLACEHOLDER in values else set()
+            skipped.update(k for k, value in enumerate(values) if (value < bound if below else value > bound))
+            logs = list(map(math.log10, values))
+            median = statistics.median(logs)
+            spread = statistics.median(map(abs, map(operator.sub, logs, repeat(median))))
+            bound = max(OUTLIER_DECADES, OUTLIER_MADS * spread)
+            for k, log in enumerate(logs):
+                if abs(log - median) >= bound and k not in skipped:
+                    others = values[:k] + values[k + 1 :]
+                    message = _outlier_message(values[k], 10**median, min(others), max(others), leaf, layout, group)
+                    yield group.found(k, leaf, checkpoint, message)
+
+
+class Group(NamedTuple):
+    """Siblings that may hold a finding: what they are, in words, whether they are a layer's experts, and each
+    one's module, value and index in the checkpoint's table of tensors."""
+
+    what: str
+    experts: bool
+    modules: list[str]
+    values: list[float]
+    at: list[int]
+
+    def found(self, k: int, leaf: str, checkpoint: CheckpointView, message: tuple[str, str]) -> Found:
+        """The finding of member ``k``'s scale ``leaf``."""
+        return (f"{self.modules[k]}.{leaf}", checkpoint.file_of(self.at[k]), *message)
+
+
+def _judged(checkpoint: CheckpointView, leaf: str, apart: float) -> Iterator[Group]:
+    """The groups of ``leaf``'s siblings (each at least :data:`MIN_SIBLINGS` finite, positive values: NV301 judges
+    the others) whose largest value is ``apart`` times their smallest or more: no group closer can hold what the
+    rule looks for. Most checkpoints are decided at C speed: all their ``leaf`` scales lie closer than that."""
+    modules, at, found = checkpoint.scales_of(leaf)
+    if len(modules) < MIN_SIBLINGS:
+        return
+    numbers = cast(list[float], found)
+    every = None not in found and not any(map(math.isnan, numbers)) and 0.0 < min(numbers) <= max(numbers) < math.inf
+    if every and max(numbers) < apart * min(numbers):
+        return
+    split = list(map(str.rpartition, modules, repeat(".")))
+    owners, projections = list(map(_FIRST, split)), list(map(_LAST, split))
+    parents = list(map(_FIRST, map(str.rpartition, owners, repeat("."))))
+    keys = list(zip(parents, projections, strict=True))
+    number = {key: i for i, key in enumerate(dict.fromkeys(keys))}
+    ids = list(map(number.__getitem__, keys))
+    order, sizes = sorted(range(len(ids)), key=ids.__getitem__), Counter(ids)
+    members: dict[tuple[str, str], list[int]] = {}
+    start = 0
+    for (parent, projection), i in number.items():  # each group's members, consecutive in ``order``
+        group, start = order[start : start + sizes[i]], start + sizes[i]
+        if parent.endswith(".experts"):
+            members[(parent, projection)] = group
+            continue
+        for k in group:
+            layers = _layer_group(owners[k])
+            if layers is not None:
+                members.setdefault((layers, projection), []).append(k)
+    for (parent, projection), group in members.items():
+        values = list(map(found.__getitem__, group))
+        if not every:
+            group = [k for k, value in zip(group, values, strict=True) if _calibrated(value)]
+            values = list(map(found.__getitem__, group))
+        numbers = cast(list[float], values)
+        if len(group) < MIN_SIBLINGS or max(numbers) < apart * min(numbers):
+            continue
+        experts = parent.endswith(".experts")
+        what = (
+            f"{projection} in the other experts of {parent.removesuffix('.experts')}"
+            if experts
+            else f"{parent.replace('.*', '.N')}.{projection} in the other layers"
+        )
+        yield Group(what, experts, list(map(modules.__getitem__, group)), numbers, list(map(at.__getitem__, group)))
+
+
+def _layer_group(owner: str) -> str | None:
+    """A module outside the experts, with its layer's number as ``*``: ``model.layers.*.self_attn``; None where it
+    is in no numbered layer."""
+    head, layers, rest = owner.partition(".layers.")
+    number, dot, tail = rest.partition(".")
+    if not layers or not number.isdigit():
+        return None
+    return f"{head}.layers.*{dot}{tail}"
+
+
+_FIRST = operator.itemgetter(0)
+_LAST = operator.itemgetter(2)
+
+
+def _calibrated(value: float | None) -> bool:
+    return value is not None and 0.0 < value < math.inf
+
+
+def _split_placeholders(values: list[float]) -> tuple[list[int], list[float]]:
+    """The positions of the placeholders among ``values`` (each 1.0 where every other value lies at least
+    :data:`PLACEHOLDER_DECADES` from 1.0, on one side, and those others are at least two and outnumber them),
+    and the calibrated values."""
+    ones = [k for k, value in enumerate(values) if value == PLACEHOLDER]
+    if not ones:
+        return [], values
+    calibrated = [value for value in values if value != PLACEHOLDER]
+    far = 10.0**PLACEHOLDER_DECADES
+    if len(calibrated) < 2 or len(calibrated) <= len(ones):
+        return [], values
+    if min(calibrated) >= far * PLACEHOLDER or max(calibrated) * far <= PLACEHOLDER:
+        return ones, calibrated
+    return [], values
+
+
+def _amax(value: float, layout: ProducerLayout) -> float:
+    return SCALE_NUMERATOR / value if layout.divisor else value * SCALE_NUMERATOR
+
+
+def _placeholder_message(leaf: str, layout: ProducerLayout, group: Group, calibrated: list[float]) -> tuple[str, str]:
+    detail = (
+        f"is 1.0, compressed-tensors' placeholder for a calibration that gave NaN or Inf: its {len(calibrated)} "
+        f"calibrated siblings ({group.what}) range {min(calibrated):.6g} to {max(calibrated):.6g}"
+    )
+    if leaf == layout.input_global and group.experts:
+        why = (
+            "vLLM's fused-MoE paths that share one input scale take the largest amax of the layer's experts, and "
+            "this placeholder's (2688) sets every expert's activation range"
+        )
+    elif leaf == layout.input_global:
+        why = "vLLM quantizes this module's activations as if their amax were 2688, not its siblings' range"
+    else:
+        why = "the module was not calibrated: its weights were quantized against a global scale of 1.0, not their range"
+    return detail, why
+
+
+def _outlier_message(
+    value: float, median: float, low: float, high: float, leaf: str, layout: ProducerLayout, group: Group
+) -> tuple[str, str]:
+    amax, typical = _amax(value, layout), _amax(median, layout)
+    detail = (
+        f"{leaf} {value:.6g} (amax {amax:.4g}) is {max(value, median) / min(value, median):.3g} times from its "
+        f"siblings' median {median:.6g} (amax {typical:.4g}); its siblings ({group.what}) range {low:.6g} to {high:.6g}"
+    )
+    if leaf == layout.weight_global:
+        why = "a calibration outlier: the module's weights were quantized against a range orders of magnitude apart"
+    elif amax > typical and group.experts:
+        why = (
+            "where vLLM shares one input scale among a layer's experts, it takes the largest amax: this one sets "
+            "every expert's activation range"
+        )
+    elif amax > typical:
+        why = "vLLM quantizes this module's activations with a range orders of magnitude wider than its siblings'"
+    elif group.experts:
+        why = (
+            "where each expert keeps its own input scale, this module's activations above its small amax saturate; "
+            "where vLLM shares one among a layer's experts, the largest amax wins and this one is unused"
+        )
+    else:
+        why = "vLLM quantizes this module's activations with this range, and those above its small amax saturate"
+    return detail, why

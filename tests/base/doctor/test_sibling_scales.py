@@ -1,0 +1,125 @@
+"""A global scale judged against its siblings: compressed-tensors' placeholder 1.0 among calibrated experts (NV304,
+an error) and a value orders of magnitude from its siblings' median (NV305, a warning), with no finding on the
+real exports the test command makes.
+
+The synthetic checkpoint's scales are drawn from 100 to 50,000: each break
+below sets values the rules must or must not find against them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from scalar_scales.doctor.examples import Example, SetValue
+from scalar_scales.migration import migrate_checkpoint
+from scalar_scales.nvfp4 import COMPRESSED_TENSORS_LAYOUT
+from scalar_scales_testkit.broken import clean_checkpoint, make_example
+from scalar_scales_testkit.cli import make_checkpoint, renamed, run_cli_in_process
+
+LAYER = "model.layers.1.mlp.experts"
+INPUT = "down_proj.input_global_scale"
+
+
+def findings(checkpoint: Path) -> list[dict[str, object]]:
+    result = run_cli_in_process("check", checkpoint, "--json", "--select", "NV304,NV305")
+    found: list[dict[str, object]] = json.loads(result.stdout)["findings"]
+    return found
+
+
+def set_values(checkpoint: Path, values: dict[str, float]) -> None:
+    edits = tuple(SetValue(name, value) for name, value in values.items())
+    make_example(Example("values", "", edits), checkpoint, COMPRESSED_TENSORS_LAYOUT)
+
+
+def test_a_placeholder_among_experts_is_an_error_that_gives_the_siblings_range(tmp_path):
+    checkpoint = clean_checkpoint(tmp_path / "checkpoint")
+    set_values(checkpoint, {f"{LAYER}.{expert}.{INPUT}": value for expert, value in enumerate((1.0, 900, 1000, 1100))})
+    (finding,) = findings(checkpoint)
+    assert (finding["code"], finding["severity"], finding["tensor"]) == ("NV304", "error", f"{LAYER}.0.{INPUT}")
+    assert "3 calibrated siblings (down_proj in the other experts of model.layers.1.mlp) range 900 to 1100" in str(
+        finding["message"]
+    )
+
+
+def test_a_1_within_ten_times_of_its_siblings_is_no_placeholder(tmp_path):
+    checkpoint = clean_checkpoint(tmp_path / "checkpoint")
+    set_values(checkpoint, {f"{LAYER}.{expert}.{INPUT}": value for expert, value in enumerate((1.0, 2.0, 5.0, 9.0))})
+    assert findings(checkpoint) == []
+
+
+def test_a_1_is_no_placeholder_where_as_many_siblings_are_1(tmp_path):
+    """Half the experts at 1.0: no sibling majority shows which value the layer's range is."""
+    checkpoint = clean_checkpoint(tmp_path / "checkpoint")
+    set_values(checkpoint, {f"{LAYER}.{expert}.{INPUT}": value for expert, value in enumerate((1.0, 1.0, 1e3, 1e3))})
+    assert [finding["code"] for finding in findings(checkpoint)] == []
+
+
+def test_a_value_a_thousand_times_from_its_siblings_median_is_an_outlier_warning(tmp_path):
+    checkpoint = clean_checkpoint(tmp_path / "checkpoint")
+    set_values(checkpoint, {f"{LAYER}.{expert}.{INPUT}": value for expert, value in enumerate((2e6, 900, 1e3, 1100))})
+    (finding,) = findings(checkpoint)
+    assert (finding["code"], finding["severity"], finding["tensor"]) == ("NV305", "warning", f"{LAYER}.0.{INPUT}")
+    message = str(finding["message"])
+    assert "input_global_scale 2e+06 (amax 0.001344) is 1.91e+03 times from its siblings' median 1048.81" in message
+    assert "range 900 to 1100" in message
+
+
+def test_a_value_five_hundred_times_from_its_siblings_median_is_no_outlier(tmp_path):
+    """The synthetic checkpoint's own draws lie up to 500 times apart; the bar is 1000 times from the median."""
+    checkpoint = clean_checkpoint(tmp_path / "checkpoint")
+    set_values(checkpoint, {f"{LAYER}.{expert}.{INPUT}": value for expert, value in enumerate((5e5, 900, 1e3, 1100))})
+    assert findings(checkpoint) == []
+
+
+def test_an_outlier_in_a_widely_spread_group_must_be_further_than_its_spread(tmp_path):
+    """Where siblings spread wide, the bar is 3.5 modified z-scores (5.19 median absolute deviations, in decades):
+    a value 1,000 times from a median of siblings a decade or more apart from each other is not an outlier."""
+    checkpoint = make_checkpoint(tmp_path / "checkpoint", experts=8)
+    migrate_checkpoint(checkpoint)
+    spread = (1.0e3, 1.0e2, 1.0e4, 1.5e2, 1.0e5, 1.0e3, 1.0e6, 1.0e3)
+    set_values(checkpoint, {f"{LAYER}.{expert}.{INPUT}": value for expert, value in enumerate(spread)})
+    assert findings(checkpoint) == []
+
+
+def test_a_placeholder_is_found_among_the_same_projection_of_other_layers(tmp_path):
+    """Outside the experts, a module's siblings are the same projection in the other layers."""
+    checkpoint = make_checkpoint(tmp_path / "checkpoint", layers=3, experts=1)
+    for layer in range(3):
+        renamed(checkpoint, f"model.layers.{layer}.mlp.experts.0.", f"model.layers.{layer}.mlp.")
+    migrate_checkpoint(checkpoint)
+    set_values(checkpoint, {"model.layers.2.mlp.down_proj.input_global_scale": 1.0})
+    (finding,) = findings(checkpoint)
+    assert (finding["code"], finding["tensor"]) == ("NV304", "model.layers.2.mlp.down_proj.input_global_scale")
+    assert "(model.layers.N.mlp.down_proj in the other layers)" in str(finding["message"])
+
+
+def test_two_siblings_are_not_judged(tmp_path):
+    """Of two, neither shows which is the odd one: the synthetic checkpoint's two layers, outside the experts."""
+    checkpoint = make_checkpoint(tmp_path / "checkpoint", layers=2, experts=1)
+    for layer in range(2):
+        renamed(checkpoint, f"model.layers.{layer}.mlp.experts.0.", f"model.layers.{layer}.mlp.")
+    migrate_checkpoint(checkpoint)
+    set_values(checkpoint, {"model.layers.1.mlp.down_proj.input_global_scale": 1.0})
+    assert findings(checkpoint) == []
+
+
+def real_exports() -> list[Path]:
+    """Every checkpoint the test command's run made (``SCALAR_SCALES_ARTIFACTS``): the toys' ``oneshot`` artifacts
+    of each compressed-tensors version, and NVIDIA's ModelOpt exports."""
+    root = os.environ.get("SCALAR_SCALES_ARTIFACTS")
+    if not root:
+        return []
+    return sorted(
+        config.parent for config in Path(root).rglob("config.json") if any(config.parent.glob("*.safetensors"))
+    )
+
+
+def test_the_real_exports_have_no_placeholder_and_no_outlier():
+    exports = real_exports()
+    if not exports:
+        pytest.skip("the real exports are made by scripts/test.sh (SCALAR_SCALES_ARTIFACTS is not set)")
+    assert {str(path): findings(path) for path in exports} == {str(path): [] for path in exports}
