@@ -9,14 +9,19 @@ below sets values the rules must or must not find against them.
 from __future__ import annotations
 
 import json
+import math
 import os
+import statistics
 from pathlib import Path
 
 import pytest
 
+from scalar_scales.doctor import diagnose
 from scalar_scales.doctor.examples import Example, SetValue
+from scalar_scales.doctor.sibling_rules import sibling_groups
 from scalar_scales.migration import migrate_checkpoint
 from scalar_scales.nvfp4 import COMPRESSED_TENSORS_LAYOUT
+from scalar_scales.sources import open_checkpoint
 from scalar_scales_testkit.broken import clean_checkpoint, make_example
 from scalar_scales_testkit.cli import make_checkpoint, renamed, run_cli_in_process
 
@@ -66,6 +71,29 @@ def test_a_value_a_thousand_times_from_its_siblings_median_is_an_outlier_warning
     message = str(finding["message"])
     assert "input_global_scale 2e+06 (amax 0.001344) is 1.91e+03 times from its siblings' median 1048.81" in message
     assert "range 900 to 1100" in message
+
+
+def test_a_value_in_the_other_convention_is_nv302s_and_not_an_outlier(tmp_path):
+    checkpoint = clean_checkpoint(tmp_path / "checkpoint")
+    set_values(checkpoint, {f"{LAYER}.{expert}.{INPUT}": value for expert, value in enumerate((4e-4, 900, 1e3, 1100))})
+    result = run_cli_in_process("check", checkpoint, "--json")
+    assert [finding["code"] for finding in json.loads(result.stdout)["findings"]] == ["NV302"]
+
+
+def test_an_outlier_is_found_in_each_layer_that_holds_one(tmp_path):
+    checkpoint = clean_checkpoint(tmp_path / "checkpoint")
+    values = (2.0, 9e3, 1e4, 1.1e4)
+    set_values(
+        checkpoint,
+        {
+            f"model.layers.{layer}.mlp.experts.{expert}.{INPUT}": value
+            for layer in (0, 1)
+            for expert, value in enumerate(values)
+        },
+    )
+    assert [finding["tensor"] for finding in findings(checkpoint)] == [
+        f"model.layers.{layer}.mlp.experts.0.{INPUT}" for layer in (0, 1)
+    ]
 
 
 def test_a_value_five_hundred_times_from_its_siblings_median_is_no_outlier(tmp_path):
@@ -123,3 +151,22 @@ def test_the_real_exports_have_no_placeholder_and_no_outlier():
     if not exports:
         pytest.skip("the real exports are made by scripts/test.sh (SCALAR_SCALES_ARTIFACTS is not set)")
     assert {str(path): findings(path) for path in exports} == {str(path): [] for path in exports}
+
+
+def test_the_real_exports_siblings_lie_within_a_fifth_of_a_decade_of_their_median():
+    """What the rules' bars are set against (NV305's explanation): every group of siblings in the real exports lies
+    within 0.2 decades (1.6 times) of its median, far inside NV304's decade and NV305's three."""
+    exports = real_exports()
+    if not exports:
+        pytest.skip("the real exports are made by scripts/test.sh (SCALAR_SCALES_ARTIFACTS is not set)")
+    widest = 0.0
+    for path in exports:
+        view = diagnose(open_checkpoint(path), codes=()).view
+        if view.layout is None:
+            continue
+        for leaf in (view.layout.weight_global, view.layout.input_global):
+            for group in sibling_groups(view, leaf):
+                logs = list(map(math.log10, group.values))
+                median = statistics.median(logs)
+                widest = max(widest, *(abs(log - median) for log in logs))
+    assert 0.0 < widest < 0.2
