@@ -39,9 +39,9 @@ __all__ = [
 MIN_SIBLINGS = 3
 """The fewest scales a group must hold to be judged: of two, neither shows which is the odd one."""
 PLACEHOLDER = 1.0
-"""What compressed-tensors (0.15 on, PR #637: ``generate_gparam``'s ``nan_to_num``) writes for a global scale
-whose calibration gave NaN or Inf: an expert calibration never routed a token to has amax 0, and 2688 / amax
-overflows."""
+"""What compressed-tensors (PR #637: ``generate_gparam``'s ``nan_to_num``, in every release the producer
+environments run) writes for a global scale whose calibration gave NaN or Inf: an expert calibration never routed a
+token to has amax 0, and 2688 / amax overflows."""
 PLACEHOLDER_DECADES = 1.0
 """How far (in decades) every calibrated sibling must be from a 1.0 for it to be a placeholder: a calibrated 1.0
 means an amax of exactly 2688.0, and the real exports' siblings lie within 0.155 decades of their median."""
@@ -65,30 +65,37 @@ cut-off of 3.5."""
     producers=frozenset({COMPRESSED_TENSORS}),
     examples=(
         Example(
-            "placeholder-expert",
-            "calibration gave an expert's down projection an amax of 0, and compressed-tensors wrote 1.0 for the "
-            "Inf that 2688 / 0 makes",
-            (SetValue("{module}.down_proj.{input_global}", PLACEHOLDER),),
+            "uncalibrated-experts",
+            "calibration routed no token to two experts of a layer: compressed-tensors wrote 1.0 for each of their "
+            "input scales, the Inf that 2688 / 0 makes",
+            tuple(
+                SetValue(f"{expert}.{projection}.{{input_global}}", PLACEHOLDER)
+                for expert in ("model.layers.1.mlp.experts.1", "{module}")
+                for projection in ("gate_proj", "up_proj", "down_proj")
+            ),
         ),
     ),
     explanation="""
         A `weight_global_scale` or `input_global_scale` of exactly 1.0 where
-        every other one of its siblings (the same projection in the other
-        experts of its MoE layer, or, outside the experts, in the other
-        layers; three at the least) is at least 10 times larger or smaller.
-        compressed-tensors 0.15 and later (PR #637) writes 1.0 where
-        calibration gave NaN or Inf: an expert calibration never routed a
-        token to has amax 0, and `2688 / amax` overflows (earlier versions
-        wrote the Inf, NV301). A 1.0 is a valid divisor alone; a calibrated
-        one would mean an amax of exactly 2688.0, while its siblings show
-        the module's range is 10 times apart.
+        its calibrated siblings (the same projection in the other experts of
+        its MoE layer, or, outside the experts, in the other layers), two at
+        the least, all lie at least 10 times above it (or all below).
+        compressed-tensors writes 1.0 where calibration gave NaN or Inf
+        (`generate_gparam`, PR #637; 0.19, 0.20 and 0.20.1 do:
+        tests/producer/test_placeholder_scale.py): an expert calibration
+        never routed a token to has amax 0, and `2688 / amax` overflows. A
+        1.0 is a valid divisor alone; a calibrated one would mean an amax of
+        exactly 2688.0, while its siblings show the module's range is 10
+        times apart.
 
         vLLM's fused-MoE paths that give every expert of a layer one input
-        scale (FlashInfer's, and the emulation: `amax_for_moe_activation_quant`,
-        `a13_scale.max()`) take the largest amax among the experts: one
-        placeholder (amax 2688) sets the activation range of every expert of
-        its layer, and their FP8 group scales lose their precision. The
-        finding gives the siblings' range.
+        scale (0.32's FlashInfer backends, `amax_for_moe_activation_quant`,
+        and its emulation backend, `a13_scale.max()`) take the largest amax
+        among the experts: one placeholder (amax 2688) sets the activation
+        range of every expert of its layer, and their FP8 group scales lose
+        their precision. The corpus's break leaves two of a layer's experts
+        uncalibrated (every input scale of theirs 1.0), as calibration on too
+        few tokens does; the finding gives the siblings' range.
         """,
 )
 def placeholder_scale(checkpoint: CheckpointView) -> Iterator[Found]:
@@ -256,15 +263,14 @@ def _calibrated(value: float | None) -> bool:
 
 
 def _split_placeholders(values: list[float]) -> tuple[list[int], list[float]]:
-    """The positions of the placeholders among ``values`` (each 1.0 where every other value lies at least
-    :data:`PLACEHOLDER_DECADES` from 1.0, on one side, and those others are at least two and outnumber them),
-    and the calibrated values."""
+    """The positions of the placeholders among ``values`` (each 1.0 where the others, two at the least, all lie
+    :data:`PLACEHOLDER_DECADES` or more from 1.0, on one side), and the calibrated values."""
     ones = [k for k, value in enumerate(values) if value == PLACEHOLDER]
     if not ones:
         return [], values
     calibrated = [value for value in values if value != PLACEHOLDER]
     far = 10.0**PLACEHOLDER_DECADES
-    if len(calibrated) < 2 or len(calibrated) <= len(ones):
+    if len(calibrated) < 2:
         return [], values
     if min(calibrated) >= far * PLACEHOLDER or max(calibrated) * far <= PLACEHOLDER:
         return ones, calibrated
