@@ -65,7 +65,7 @@ cut-off of 3.5."""
     producers=frozenset({COMPRESSED_TENSORS}),
     examples=(
         Example(
-            "uncalibrated-experts",
+            "placeholder-experts",
             "calibration routed no token to two experts of a layer: compressed-tensors wrote 1.0 for each of their "
             "input scales, the Inf that 2688 / 0 makes",
             tuple(
@@ -184,18 +184,20 @@ def outlier_scale(checkpoint: CheckpointView) -> Iterator[Found]:
 
 
 class Group(NamedTuple):
-    """Siblings that may hold a finding: what they are, in words, whether they are a layer's experts, and each
-    one's module, value and index in the checkpoint's table of tensors."""
+    """Siblings that may hold a finding: what they are, in words, whether they are a layer's experts, each one's
+    value, and where it is among the leaf's scales (:meth:`CheckpointView.scales_of`: ``modules`` and ``at``)."""
 
     what: str
     experts: bool
-    modules: list[str]
     values: list[float]
+    members: list[int]
+    modules: list[str]
     at: list[int]
 
     def found(self, k: int, leaf: str, checkpoint: CheckpointView, message: tuple[str, str]) -> Found:
         """The finding of member ``k``'s scale ``leaf``."""
-        return (f"{self.modules[k]}.{leaf}", checkpoint.file_of(self.at[k]), *message)
+        i = self.members[k]
+        return (f"{self.modules[i]}.{leaf}", checkpoint.file_of(self.at[i]), *message)
 
 
 def sibling_groups(checkpoint: CheckpointView, leaf: str, apart: float = 1.0) -> Iterator[Group]:
@@ -241,7 +243,7 @@ def sibling_groups(checkpoint: CheckpointView, leaf: str, apart: float = 1.0) ->
             if experts
             else f"{parent.replace('.*', '.N')}.{projection} in the other layers"
         )
-        yield Group(what, experts, list(map(modules.__getitem__, group)), numbers, list(map(at.__getitem__, group)))
+        yield Group(what, experts, numbers, group, modules, at)
 
 
 def _layer_group(owner: str) -> str | None:
