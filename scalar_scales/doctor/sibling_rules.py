@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import operator
-import statistics
 from collections import Counter
 from collections.abc import Iterator
 from itertools import repeat
@@ -173,8 +172,8 @@ def outlier_scale(checkpoint: CheckpointView) -> Iterator[Found]:
             skipped = set(_split_placeholders(values)[0]) if placeholders_apply and PLACEHOLDER in values else set()
             skipped.update(k for k, value in enumerate(values) if (value < convention if below else value > convention))
             logs = list(map(math.log10, values))
-            median = statistics.median(logs)
-            spread = statistics.median(map(abs, map(operator.sub, logs, repeat(median))))
+            median = _median(logs)
+            spread = _median(list(map(abs, map(operator.sub, logs, repeat(median)))))
             far = max(OUTLIER_DECADES, OUTLIER_MADS * spread)
             for k, log in enumerate(logs):
                 if abs(log - median) >= far and k not in skipped:
@@ -208,8 +207,10 @@ def sibling_groups(checkpoint: CheckpointView, leaf: str, apart: float = 1.0) ->
     if len(modules) < MIN_SIBLINGS:
         return
     numbers = cast(list[float], found)
-    every = None not in found and not any(map(math.isnan, numbers)) and 0.0 < min(numbers) <= max(numbers) < math.inf
-    if every and max(numbers) < apart * min(numbers):
+    every = None not in found and not math.isnan(sum(numbers))  # a NaN makes the sum NaN
+    low, high = (min(numbers), max(numbers)) if every else (0.0, 0.0)
+    every = every and 0.0 < low <= high < math.inf
+    if every and high < apart * low:
         return
     split = list(map(str.rpartition, modules, repeat(".")))
     owners, projections = list(map(_FIRST, split)), list(map(_LAST, split))
@@ -258,6 +259,14 @@ def _layer_group(owner: str) -> str | None:
 
 _FIRST = operator.itemgetter(0)
 _LAST = operator.itemgetter(2)
+
+
+def _median(values: list[float]) -> float:
+    """The median of ``values``: :func:`statistics.median`, whose import (fractions, decimal, random) would cost
+    every ``check`` more than this rule takes."""
+    ordered = sorted(values)
+    half = len(ordered) // 2
+    return ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
 
 
 def _calibrated(value: float | None) -> bool:
