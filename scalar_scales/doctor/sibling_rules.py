@@ -130,11 +130,11 @@ def placeholder_scale(checkpoint: CheckpointView) -> Iterator[Found]:
         ModelOpt's `weight_scale_2`/`input_scale`) far from its siblings':
         the same projection in the other experts of its MoE layer, or,
         outside the experts, in the other layers (three at the least). Far
-        is measured in decades (log10) from the group's median, robust to up
-        to half the group being wrong: at least {OUTLIER_DECADES:g} decades
-        (1000 times), and at least {OUTLIER_MADS:.2f} median absolute
-        deviations (Iglewicz and Hoaglin's modified z-score above 3.5) where
-        the group spreads wider.
+        is measured in decades (log10) from the group's median, which up to
+        half the group may be wrong without moving: at least
+        {OUTLIER_DECADES:g} decades (1000 times), and at least
+        {OUTLIER_MADS:.2f} median absolute deviations (a modified z-score
+        above 3.5, Iglewicz and Hoaglin's bar) where the group spreads wider.
 
         The real `oneshot` exports (the toys quantized by compressed-tensors
         0.19 and 0.20) and NVIDIA's ModelOpt exports that the test command
@@ -144,20 +144,22 @@ def placeholder_scale(checkpoint: CheckpointView) -> Iterator[Found]:
         log10(500) = 2.7. A bar of median absolute deviations alone would
         flag the real exports: two thirds of their groups of input scales
         have none (the experts share one value), and the modified z-scores of
-        their weight scales reach 8.7.
-        A value 1000 times from its siblings' median is a calibration that saw
-        almost nothing (an expert routed a token or two) or a placeholder:
-        compressed-tensors' 1.0 is NV304's, and a value in the other
-        producer's convention NV302's, and neither is reported here.
+        their weight scales reach 8.7. A value 1000 times from its siblings'
+        median is a calibration that saw almost nothing (an expert routed a
+        token or two) or a placeholder: compressed-tensors' 1.0 is NV304's,
+        and a value in the other producer's convention NV302's, and neither
+        is reported here.
 
-        What it does depends on the path: where vLLM gives every expert of a
-        layer one input scale (FlashInfer's fused MoE, the emulation), it takes
-        the largest amax, so an outlier of larger amax sets every expert's
-        activation range, and one of smaller amax is unused; where each expert
-        keeps its own (vLLM's CUTLASS path), an expert whose scale implies a
-        small amax saturates its activations.
-        The finding gives the value, the amax it implies, and the siblings'
-        range.
+        What it does depends on the path. Where vLLM gives every expert of a
+        layer one input scale (0.32's FlashInfer backends and its emulation
+        backend), it takes the largest amax: an outlier of larger amax sets
+        every expert's activation range, and one of smaller amax is unused.
+        Where each expert keeps its own (0.32's CUTLASS backend), an expert
+        whose scale implies a small amax saturates its activations. The
+        corpus's break is one of smaller amax, which vLLM's CPU emulation
+        serves as the intact checkpoint; it is a warning for the paths that
+        keep it. The finding gives the value, the amax it implies, and the
+        siblings' range.
         """,
 )
 def outlier_scale(checkpoint: CheckpointView) -> Iterator[Found]:
