@@ -129,7 +129,10 @@ def placeholder_scale(checkpoint: CheckpointView) -> Iterator[Found]:
         A global scale (`weight_global_scale`/`input_global_scale`,
         ModelOpt's `weight_scale_2`/`input_scale`) far from its siblings':
         the same projection in the other experts of its MoE layer, or,
-        outside the experts, in the other layers (three at the least). Far
+        outside the experts, a weight scale's in the other layers (three at
+        the least). An input scale outside the experts is not judged against
+        other layers: an activation's range changes with depth, and a layer's
+        few massive activations set it apart by orders of magnitude. Far
         is measured in decades (log10) from the group's median, which up to
         half the group may be wrong without moving: at least
         {OUTLIER_DECADES:g} decades (1000 times), and at least
@@ -170,6 +173,8 @@ def outlier_scale(checkpoint: CheckpointView) -> Iterator[Found]:
     for leaf in (layout.weight_global, layout.input_global):
         convention, below = layout.other_convention_bound(leaf), layout.other_convention_below
         for group in sibling_groups(checkpoint, leaf, 10.0**OUTLIER_DECADES):
+            if leaf == layout.input_global and not group.experts:
+                continue  # an activation's range changes with depth: layers are no siblings for it
             values = group.values
             skipped = set(_split_placeholders(values)[0]) if placeholders_apply and PLACEHOLDER in values else set()
             skipped.update(k for k, value in enumerate(values) if (value < convention if below else value > convention))
@@ -321,18 +326,14 @@ def _outlier_message(
     )
     if leaf == layout.weight_global:
         why = "a calibration outlier: the module's weights were quantized against a range orders of magnitude apart"
-    elif amax > typical and group.experts:
+    elif amax > typical:  # an input scale: judged among a layer's experts alone
         why = (
             "where vLLM shares one input scale among a layer's experts, it takes the largest amax: this one sets "
             "every expert's activation range"
         )
-    elif amax > typical:
-        why = "vLLM quantizes this module's activations with a range orders of magnitude wider than its siblings'"
-    elif group.experts:
+    else:
         why = (
             "where each expert keeps its own input scale, this module's activations above its small amax saturate; "
             "where vLLM shares one among a layer's experts, the largest amax wins and this one is unused"
         )
-    else:
-        why = "vLLM quantizes this module's activations with this range, and those above its small amax saturate"
     return detail, why

@@ -121,22 +121,43 @@ def test_an_outlier_in_a_widely_spread_group_must_be_further_than_its_spread(tmp
 
 def test_a_placeholder_is_found_among_the_same_projection_of_other_layers(tmp_path):
     """Outside the experts, a module's siblings are the same projection in the other layers."""
-    checkpoint = make_checkpoint(tmp_path / "checkpoint", layers=3, experts=1)
-    for layer in range(3):
-        renamed(checkpoint, f"model.layers.{layer}.mlp.experts.0.", f"model.layers.{layer}.mlp.")
-    migrate_checkpoint(checkpoint)
+    checkpoint = layered(tmp_path / "checkpoint", 3)
     set_values(checkpoint, {"model.layers.2.mlp.down_proj.input_global_scale": 1.0})
     (finding,) = findings(checkpoint)
     assert (finding["code"], finding["tensor"]) == ("NV304", "model.layers.2.mlp.down_proj.input_global_scale")
     assert "(model.layers.N.mlp.down_proj in the other layers)" in str(finding["message"])
 
 
-def test_two_siblings_are_not_judged(tmp_path):
-    """Of two, neither shows which is the odd one: the synthetic checkpoint's two layers, outside the experts."""
-    checkpoint = make_checkpoint(tmp_path / "checkpoint", layers=2, experts=1)
-    for layer in range(2):
+def layered(directory: Path, layers: int) -> Path:
+    """The synthetic checkpoint with one expert a layer, renamed a plain MLP: its projections are siblings across
+    layers."""
+    checkpoint = make_checkpoint(directory, layers=layers, experts=1)
+    for layer in range(layers):
         renamed(checkpoint, f"model.layers.{layer}.mlp.experts.0.", f"model.layers.{layer}.mlp.")
     migrate_checkpoint(checkpoint)
+    return checkpoint
+
+
+def test_a_weight_scale_a_thousand_times_from_the_other_layers_is_an_outlier(tmp_path):
+    checkpoint = layered(tmp_path / "checkpoint", 3)
+    scale = "mlp.down_proj.weight_global_scale"
+    set_values(checkpoint, {f"model.layers.{n}.{scale}": v for n, v in enumerate((900.0, 1e3, 2e6))})
+    assert [(finding["code"], finding["tensor"]) for finding in findings(checkpoint)] == [
+        ("NV305", f"model.layers.2.{scale}")
+    ]
+
+
+def test_an_input_scale_is_not_judged_against_other_layers(tmp_path):
+    """An activation's range changes with depth; only a placeholder is found across layers."""
+    checkpoint = layered(tmp_path / "checkpoint", 3)
+    scale = "mlp.down_proj.input_global_scale"
+    set_values(checkpoint, {f"model.layers.{n}.{scale}": v for n, v in enumerate((900.0, 1e3, 2e6))})
+    assert findings(checkpoint) == []
+
+
+def test_two_siblings_are_not_judged(tmp_path):
+    """Of two, neither shows which is the odd one: the synthetic checkpoint's two layers, outside the experts."""
+    checkpoint = layered(tmp_path / "checkpoint", 2)
     set_values(checkpoint, {"model.layers.1.mlp.down_proj.input_global_scale": 1.0})
     assert findings(checkpoint) == []
 
