@@ -142,7 +142,8 @@ def placeholder_scale(checkpoint: CheckpointView) -> Iterator[Found]:
         The real `oneshot` exports (the toys quantized by compressed-tensors
         0.19 and 0.20) and NVIDIA's ModelOpt exports that the test command
         makes lie within 0.2 decades (1.6 times) of their siblings' median
-        (0.155 at most in the 1,950 groups of 266 such checkpoints measured);
+        (0.155 at most on every run's artifacts cached here, measured by
+        scripts/sibling_spread.py);
         the synthetic checkpoint's scales, drawn from 100 to 50,000, within
         log10(500) = 2.7. A bar of median absolute deviations alone would
         flag the real exports: two thirds of their groups of input scales
