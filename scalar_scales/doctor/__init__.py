@@ -1,10 +1,11 @@
 """``scalar-scales check``, the NVFP4 checkpoint doctor: the rules, each one object with its one function
-(:mod:`.rules`), in one catalogue (:mod:`.catalogue`: scale rules :mod:`.scale_rules`, module rules
-:mod:`.module_rules`, index rules :mod:`.index_rules`, config rules :mod:`.config_rules`) over what they look at
-(:mod:`.view`); what a config declares of each module (:mod:`.expectations`, matched as the producer matches,
-:mod:`.matching` and :mod:`.patterns`); every rule applied (:mod:`.diagnosis`); the settings a configuration file
-gives (:mod:`.settings`); what the command prints (:mod:`.report`, in each output format), and each rule's
-reference (:mod:`.reference`, docs/rules.md). docs/check.md says how the rules are applied, and
+(:mod:`.rules`), in one catalogue (:mod:`.catalogue`: scale rules :mod:`.scale_rules` and
+:mod:`.sibling_rules`, module rules :mod:`.module_rules`, index rules :mod:`.index_rules`, config rules
+:mod:`.config_rules`) over what they look at (:mod:`.view`); what a config declares of each module
+(:mod:`.expectations`, matched as the producer matches, :mod:`.matching` and :mod:`.patterns`); every rule
+applied (:mod:`.diagnosis`); the settings a configuration file gives (:mod:`.settings`); what the command prints
+(:mod:`.report`, in each output format), and each rule's reference (:mod:`.reference`, docs/rules.md).
+docs/check.md says how the rules are applied, and
 docs/check-evidence.md what vLLM was seen to do with each."""
 
 from scalar_scales.doctor.catalogue import RULES, selected_codes

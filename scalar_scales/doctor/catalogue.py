@@ -1,7 +1,7 @@
 """Every rule of ``scalar-scales check``, one line a rule, and the selection ``--select`` and ``--ignore`` make.
 
 A rule is defined, its text and examples too, in its family's module
-(:mod:`.scale_rules`, :mod:`.module_rules`, :mod:`.index_rules`,
+(:mod:`.scale_rules`, :mod:`.sibling_rules`, :mod:`.module_rules`, :mod:`.index_rules`,
 :mod:`.config_rules`); its line here is all the rest needs: ``scalar-scales
 rule``, ``--select`` and ``--ignore``, the test kit's broken corpus,
 docs/rules.md and the count of rules README.md and docs/check.md give
@@ -16,6 +16,7 @@ import scalar_scales.doctor.config_rules as config_rules
 import scalar_scales.doctor.index_rules as index_rules
 import scalar_scales.doctor.module_rules as module_rules
 import scalar_scales.doctor.scale_rules as scale_rules
+import scalar_scales.doctor.sibling_rules as sibling_rules
 from scalar_scales.doctor.rules import Rule
 
 __all__ = ["RULES", "codes_matching", "selected_codes"]
@@ -39,6 +40,8 @@ RULES: dict[str, Rule] = _by_code(
     scale_rules.invalid_scale_value,
     scale_rules.other_convention,
     scale_rules.fused_scales_differ,
+    sibling_rules.placeholder_scale,
+    sibling_rules.outlier_scale,
     module_rules.weight_scale_shape,
     module_rules.wrong_dtype,
     index_rules.index_names_missing_tensor,

@@ -38,6 +38,7 @@ __all__ = [
     "MultiplyValue",
     "Remove",
     "RemoveEvery",
+    "ScaleAmax",
     "SetDtype",
     "SetValue",
     "TargetOnlyLayer",
@@ -69,6 +70,14 @@ class SetValue(NamedTuple):
 
 class MultiplyValue(NamedTuple):
     """Multiply the one-value F32 scale ``tensor`` by ``factor``."""
+
+    tensor: str
+    factor: float
+
+
+class ScaleAmax(NamedTuple):
+    """Make the one-value F32 global scale ``tensor`` imply an amax ``factor`` times its own, in its layout's
+    convention: compressed-tensors' divisor is divided by ``factor``, ModelOpt's multiplier multiplied by it."""
 
     tensor: str
     factor: float
@@ -178,6 +187,7 @@ Edit = (
     | RemoveEvery
     | SetValue
     | MultiplyValue
+    | ScaleAmax
     | InvertScales
     | SetDtype
     | HalveGroups
@@ -203,12 +213,12 @@ class Example(NamedTuple):
     is, as it happens: docs/rules.md gives it), and the ``edits`` that make it, in order.
 
     ``names``: the tensor the rule's finding names, as a template; without it, the one the last edit names: the
-    tensor a :class:`Remove`, :class:`SetValue`, :class:`MultiplyValue`, :class:`SetDtype`, :class:`HalveGroups`,
-    :class:`IndexAdds` or :class:`IndexDrops` changes, or the weight an :class:`Unquantize` stores; any other
-    edit names the config (the finding names no tensor). ``alongside``: the codes of the rules the same
-    break necessarily brings too (NV102's (1,) scales are each NV101). ``per_module``: the break changes the one
-    module ``{module}`` (the evidence makes it on one expert and on every expert); else the checkpoint as a
-    whole.
+    tensor a :class:`Remove`, :class:`SetValue`, :class:`MultiplyValue`, :class:`ScaleAmax`, :class:`SetDtype`,
+    :class:`HalveGroups`, :class:`IndexAdds` or :class:`IndexDrops` changes, or the weight an :class:`Unquantize`
+    stores; any other edit names the config (the finding names no tensor). ``alongside``: the codes of the rules
+    the same break necessarily brings too (NV102's (1,) scales are each NV101). ``per_module``: the break changes
+    the one module ``{module}`` (the evidence makes it on one expert and on every expert); else the checkpoint as
+    a whole.
     """
 
     name: str

@@ -153,12 +153,12 @@ class CheckpointView:
         layout = self.layout
         if layout is None:
             return NvFp4Modules([], {})
-        # The group scales' and the input scales' module names are compared here alone: not kept (a large MoE
-        # has tens of thousands of each); the weight global scales' are, for NV303.
+        # The group scales' module names are compared here alone: not kept (a large MoE has tens of thousands);
+        # the global scales' are, for NV303 and the sibling rules (NV304, NV305).
         at, modules = stems(self.names, "." + layout.weight_scale)
         held = {layout.weight: self._tensors_of(layout.weight), layout.weight_scale: (modules, at)}
         held[layout.weight_global] = self.scales_of(layout.weight_global)[:2]
-        held[layout.input_global] = self._scales(layout.input_global)[:2]
+        held[layout.input_global] = self.scales_of(layout.input_global)[:2]
         bases, packed = held[layout.weight]
         if layout.weight_named_plainly:
             scaled, dtypes = set(held[layout.weight_global][0]), self.dtypes

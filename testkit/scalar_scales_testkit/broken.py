@@ -42,6 +42,7 @@ from scalar_scales.doctor.examples import (
     MultiplyValue,
     Remove,
     RemoveEvery,
+    ScaleAmax,
     SetDtype,
     SetValue,
     TargetOnlyLayer,
@@ -297,6 +298,11 @@ def _apply(edit: Edit, checkpoint: Path, layout: ProducerLayout, fields: dict[st
         case MultiplyValue(tensor, factor):
             name = tensor.format(**fields)
             _set_values(checkpoint, lambda each, old: factor * old if each == name else None)
+            return name
+        case ScaleAmax(tensor, factor):
+            name = tensor.format(**fields)
+            times = 1.0 / factor if layout.divisor else factor
+            _set_values(checkpoint, lambda each, old: times * old if each == name else None)
             return name
         case SetDtype(tensor, dtype):
             name = tensor.format(**fields)

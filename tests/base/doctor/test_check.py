@@ -237,9 +237,11 @@ def test_a_zero_negative_nan_or_inf_scale_is_an_nv301_error(clean, value, said):
 
 
 def test_a_scale_just_above_the_reciprocal_threshold_is_not_reported(clean):
+    """Not as the other convention: among siblings of 100 and more, these are a placeholder and an outlier (NV304,
+    NV305)."""
     set_scale_value(clean, "down_proj.weight_global_scale", 0, 1.0)
     set_scale_value(clean, "down_proj.input_global_scale", 0, 0.05)
-    assert run_cli_in_process("check", clean).returncode == 0
+    assert run_cli_in_process("check", clean, "--select", "NV302").returncode == 0
 
 
 def test_a_weight_scale_below_1_is_reported_as_the_reciprocal_convention(clean):

@@ -30,7 +30,7 @@ def test_a_scalar_scales_toml_in_a_folder_above_the_checkpoint_sets_the_check(ch
     write(checkpoint.parent / "scalar-scales.toml", 'select = ["NV3"]\n')
     result = run_cli_in_process("check", checkpoint)
     assert result.returncode == 0
-    assert summary_line(result).startswith("All checks passed: no finding from 3 rules")
+    assert summary_line(result).startswith("All checks passed: no finding from 5 rules")
 
 
 def test_a_pyproject_s_tool_table_sets_the_check(checkpoint):
@@ -68,7 +68,8 @@ def test_the_command_line_s_select_replaces_the_file_s_selection(checkpoint):
 def test_extend_select_adds_to_the_file_s_selection(checkpoint):
     write(checkpoint.parent / "scalar-scales.toml", 'select = ["NV3"]\n')
     result = run_cli_in_process("check", checkpoint, "--extend-select", "NV101", "--output-format", "json")
-    assert json.loads(result.stdout)["summary"]["rules_applied"] == ["NV101", "NV301", "NV302", "NV303"]
+    applied = json.loads(result.stdout)["summary"]["rules_applied"]
+    assert applied == ["NV101", "NV301", "NV302", "NV303", "NV304", "NV305"]
 
 
 def test_the_command_line_s_ignore_takes_from_the_file_s_selection(checkpoint):
@@ -220,7 +221,7 @@ def test_docs_example_file_is_read_as_it_says(checkpoint):
     result = run_cli_in_process("check", checkpoint, "--show-settings")
     assert result.stdout.splitlines()[1:] == [
         f"config file: {config}",
-        f"select: NV101, NV102, NV301, NV302, NV303 ({config})",
+        f"select: NV101, NV102, NV301, NV302, NV303, NV304, NV305 ({config})",
         f"per-module-ignores: model.visual.* = NV101; re:model\\.layers\\.[0-3]\\.mlp\\.gate = NV601, NV602, "
         f"NV603, NV604, NV605, NV606, NV607, NV608, NV609 ({config})",
         f"strict: true ({config})",
