@@ -733,11 +733,13 @@ def _rule(args: argparse.Namespace) -> int:
 
 
 def _rule_with_consumers(code: str) -> str:
-    """A rule's reference, and what each consumer the round trip does not run does with its defect."""
+    """A rule's reference, what each consumer run here was seen to do with its defect, and what each consumer the
+    round trip does not run does with it."""
+    from scalar_scales.consumers.by_rule import observed_lines
     from scalar_scales.consumers.read import consequence_lines
 
-    lines = consequence_lines(RULES[code].name)
-    return rule_reference(RULES[code]) + ("\n" + "\n".join(lines) + "\n" if lines else "")
+    parts = [lines for lines in (observed_lines(RULES[code].name), consequence_lines(RULES[code].name)) if lines]
+    return rule_reference(RULES[code]) + "".join("\n" + "\n".join(lines) + "\n" for lines in parts)
 
 
 def _migrate(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from scalar_scales.files import Layout
 
-__all__ = ["NO_FIX", "Observation", "Outcome"]
+__all__ = ["NO_FIX", "Observation", "Outcome", "RuleObservation"]
 
 NO_FIX = "none"
 """The fix of a consumer as released."""
@@ -50,3 +50,15 @@ class Observation:
 
     def outcome(self, layout: Layout) -> Outcome:
         return self.scalar if layout == "scalar" else self.legacy
+
+
+@dataclass(frozen=True)
+class RuleObservation:
+    """What one consumer run here was seen to do with the defect of the rule named ``rule`` (by name, as the package
+    names no rule by its code outside the rule's definition), on checkpoints of one producer: the toy Qwen3-MoE's
+    NVFP4 artifact broken the way the rule's examples break a checkpoint (docs/check-evidence.md)."""
+
+    rule: str
+    consumer: str
+    checkpoints: str
+    consequence: str

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from scalar_scales.consumers.by_rule import observed_consequences
 from scalar_scales.consumers.read import consequences
 from scalar_scales.doctor.catalogue import RULES
 from scalar_scales.doctor.rules import EFFECTS, NEEDS, Command, Rule
@@ -79,6 +80,10 @@ def rule_data(rule: Rule) -> dict[str, Any]:
         "judges_classes": rule.judges_classes,
         "explanation": rule.explanation,
         "examples": [{"name": example.name, "summary": example.summary} for example in rule.examples],
+        "consumers_observed": [
+            {"consumer": found.consumer, "checkpoints": found.checkpoints, "consequence": found.consequence}
+            for found in observed_consequences(rule.name)
+        ],
         "consumers_not_run": [
             {"consumer": consumer.consumer, "how": consumer.how, "version": consumer.version, "consequence": text}
             for consumer, text in consequences(rule.name)

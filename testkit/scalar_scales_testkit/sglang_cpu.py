@@ -102,11 +102,13 @@ def _one_process_groups(server_args: Any) -> None:
     parallel_state.initialize_model_parallel(backend="gloo")
 
 
-def load_model(artifact: Path, *, port: int, draft: bool = False) -> Any:
+def load_model(artifact: Path, *, port: int, draft: bool = False, overrides: dict[str, Any] | None = None) -> Any:
     """SGLang's model for ``artifact``, its weights loaded and post-processed by ``get_model``, with SGLang's
     logging configured first, as its scheduler does; an error in loading propagates as SGLang raised it.
     ``draft``: as SGLang's speculative worker loads a draft model (``ModelConfig(is_draft_model=True)``, which
-    makes DeepSeek's, GLM's, LongCat's and the other MTP models their NextN class)."""
+    makes DeepSeek's, GLM's, LongCat's and the other MTP models their NextN class). ``overrides`` replace
+    :data:`CONFIG_OVERRIDES`, which only the DeepSeek-family toys need (a model of another family, Qwen3-MoE,
+    takes ``{}``: its rotary embedding is no YaRN)."""
     os.environ["MASTER_PORT"] = str(port)
     from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
     from sglang.srt.utils import configure_logger
@@ -118,7 +120,7 @@ def load_model(artifact: Path, *, port: int, draft: bool = False) -> Any:
         attention_backend="torch_native",
         sampling_backend="pytorch",
         disable_cuda_graph=True,
-        json_model_override_args=json.dumps(CONFIG_OVERRIDES),
+        json_model_override_args=json.dumps(CONFIG_OVERRIDES if overrides is None else overrides),
     )
     configure_logger(server_args)
     set_global_server_args_for_scheduler(server_args)
