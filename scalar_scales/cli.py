@@ -496,7 +496,7 @@ def _check(args: argparse.Namespace) -> int:
             continue
         if report is not None:
             reports.append(report)
-    import shutil  # its imports (bz2, lzma, ...) cost more than the rest of a check's text output
+    import shutil  # here, not at the top: its own imports (bz2, lzma) serve commands that copy files
 
     width = min(WIDTH, shutil.get_terminal_size((WIDTH, 24)).columns)
     context = Context(

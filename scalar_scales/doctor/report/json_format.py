@@ -46,7 +46,7 @@ SCHEMA_FILE = "check-report.schema.json"
 
 def schema_text() -> str:
     """The JSON Schema of the document, as shipped."""
-    from importlib import resources  # its imports (tempfile, zipfile, ...) cost as much as a small check
+    from importlib import resources  # here, not at the top: its own imports (tempfile, zipfile) serve this alone
 
     return resources.files(__package__).joinpath(SCHEMA_FILE).read_text(encoding="utf-8")
 
