@@ -13,14 +13,17 @@ from __future__ import annotations
 import os
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from scalar_scales.doctor import CheckReport, diagnose, selected_codes
 from scalar_scales.doctor.settings import ModuleIgnores
 from scalar_scales.errors import CheckpointError
-from scalar_scales.files.header_edit import Layout
-from scalar_scales.migration import MigrationReport, migrate_checkpoint
 from scalar_scales.sources import OpenedCheckpoint, open_checkpoint
 from scalar_scales.sources.hub_address import hub_author
+
+if TYPE_CHECKING:
+    from scalar_scales.files.header_edit import Layout
+    from scalar_scales.migration import MigrationReport
 
 __all__ = ["check", "check_opened", "migrate"]
 
@@ -85,6 +88,8 @@ def migrate(
     0-D scales and ``format_version`` 2; ``"legacy"``: (1,) and no marker), as ``scalar-scales migrate`` does:
     decided and checked whole before the first write, crash-safe and idempotent. ``dry_run`` changes nothing and
     says what would change; ``materialize`` replaces linked shards (a Hugging Face cache's) with edited copies."""
+    from scalar_scales.migration import migrate_checkpoint  # a check, the command's usual call, needs none of it
+
     return migrate_checkpoint(path, to=to, dry_run=dry_run, include=_listed(include), materialize=materialize)
 
 

@@ -28,12 +28,10 @@ and a reader that went away (``| head``) does not change the exit code.
 from __future__ import annotations
 
 import argparse
-import difflib
 import gc
 import io
 import json
 import os
-import shutil
 import signal
 import sys
 import threading
@@ -114,7 +112,11 @@ def _suggestion(given: str, known: Sequence[str]) -> str:
     """``; did you mean X?`` for the known words ``given`` abbreviates (``X or Y`` where it abbreviates several),
     else the nearest, else nothing."""
     starting = sorted({word for word in known if word.startswith(given)})
-    near = starting or difflib.get_close_matches(given, known, n=1)
+    near = starting
+    if not near:
+        import difflib  # only for a word no known one starts with
+
+        near = difflib.get_close_matches(given, known, n=1)
     return f"; did you mean {' or '.join(near)}?" if near else ""
 
 
@@ -507,6 +509,8 @@ def _check(args: argparse.Namespace) -> int:
             continue
         if report is not None:
             reports.append(report)
+    import shutil  # here, not at the top: its own imports (bz2, lzma) serve commands that copy files
+
     width = min(WIDTH, shutil.get_terminal_size((WIDTH, 24)).columns)
     context = Context(
         show_all=args.show_all,

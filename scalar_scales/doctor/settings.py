@@ -23,7 +23,6 @@ only where a file is read: a check without one never pays for it.
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -175,6 +174,8 @@ def _settings(path: str, table: object, prefix: str) -> FileSettings:
         raise ConfigError(f"{path}: {prefix.rstrip('.')}: must be a table")
     for key in table:
         if key not in KEYS:
+            import difflib  # only for an unknown key
+
             near = difflib.get_close_matches(str(key), KEYS, n=1)
             hint = f"did you mean {near[0]}?" if near else f"the keys are {', '.join(KEYS)}"
             raise refuse(key, f"unknown key; {hint}")

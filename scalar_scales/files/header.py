@@ -153,7 +153,6 @@ _MAX_DEPTH = 127
 _METADATA_KEY = "__metadata__"
 _ENTRY_FIELDS = ("dtype", "shape", "data_offsets")
 _DTYPE, _SHAPE, _OFFSETS = map(operator.itemgetter, _ENTRY_FIELDS)
-_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
 _KNOWN_DTYPES = {dtype: dtype for dtype in DTYPE_BITS}
 _NEGATIVE_ZERO = re.compile(rb"[\[,:][ \t\n\r]*-0(?![0-9.eE])")
 """``-0`` as a JSON number (or, rarely, as text in a string: that only sends a header the careful way)."""
@@ -376,12 +375,16 @@ def _read_plain(raw: bytes, text: str) -> _Columns | None:
     try:
         dtypes = list(map(_KNOWN_DTYPES.__getitem__, map(_DTYPE, specs)))
         shapes, offsets = list(map(_SHAPE, specs)), list(map(_OFFSETS, specs))
-        begins, ends = list(map(_FIRST, offsets)), list(map(_SECOND, offsets))
-    except (KeyError, TypeError, IndexError):  # not an object of the three fields, an unknown dtype, no pair
+        pairs = {2} >= set(map(len, offsets))
+    except (KeyError, TypeError):  # not an object of the three fields, an unknown dtype, offsets of no length
         return None
     del specs
-    if not {list} >= set(map(type, shapes)) or not {2} >= set(map(len, offsets)):
-        return None  # offsets that are no list of two fail below: their items are no integers
+    if not pairs or not {list} >= set(map(type, shapes)):
+        return None  # offsets of two that are no list fail below: their items are no integers
+    begins: list[int] = []
+    ends: list[int] = []
+    if offsets:
+        begins, ends = map(list, zip(*offsets, strict=True))  # the two columns in one call, at C speed
     del offsets
     if not {int} >= set(map(type, chain(begins, ends, chain.from_iterable(shapes)))):
         return None

@@ -26,7 +26,6 @@ never its markup (:func:`_markdown`).
 
 from __future__ import annotations
 
-import html
 import re
 import sys
 from collections import Counter
@@ -234,4 +233,6 @@ def _markdown(text: str) -> str:
     name stays in its table cell), HTML's ``&``, ``<`` and ``>`` as entities, and after a backslash each
     character that gives Markdown's emphasis, code, links and strikethrough, or a table's cells, their meaning
     (the text never starts a line, where others would)."""
+    import html  # only where a step summary is written
+
     return _MARKUP.sub(r"\\\1", html.escape(escaped(text), quote=False))

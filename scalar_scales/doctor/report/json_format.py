@@ -13,7 +13,6 @@ indent=2)``'s, at a fraction of its time.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from importlib import resources
 from typing import Any
 
 from scalar_scales.doctor.report.json_text import (
@@ -47,6 +46,8 @@ SCHEMA_FILE = "check-report.schema.json"
 
 def schema_text() -> str:
     """The JSON Schema of the document, as shipped."""
+    from importlib import resources  # here, not at the top: its own imports (tempfile, zipfile) serve this alone
+
     return resources.files(__package__).joinpath(SCHEMA_FILE).read_text(encoding="utf-8")
 
 

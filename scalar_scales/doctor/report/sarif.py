@@ -37,7 +37,6 @@ at a fraction of its time.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -166,6 +165,8 @@ def _rule(rule: Rule) -> dict[str, Any]:
 def _results(report: CheckReport, index: dict[str, int], locator: _Locator) -> Iterator[str]:
     """A result for each rule's findings in each file, most severe first, and past :data:`MAX_RESULTS` one for the
     rest of each rule's (:func:`_within_limit`)."""
+    import hashlib  # here, not for every check: a check in another format has no use for it
+
     shape = {
         "ruleId": SLOT,
         "ruleIndex": SLOT,
