@@ -30,9 +30,26 @@ def line_of(lines: list[str], consumer: str) -> str:
     return line
 
 
-def test_the_heading_says_that_no_consumer_stops_loading_a_legacy_checkpoint_migrated_to_0_d(checkpoint):
+def stopping_at_0_d() -> list[str]:
+    """The consumers, without a fix, seen to load (1,) global scales and not 0-D ones (transformers 5.25.0's
+    from_pretrained, which refuses a 0-D scale for its (1,) parameter)."""
+    return [
+        o.consumer
+        for o in OBSERVED
+        if o.architecture is None and o.fix == NO_FIX and o.legacy.loads and not o.scalar.loads
+    ]
+
+
+def test_the_heading_counts_the_consumers_that_stop_loading_a_legacy_checkpoint_migrated_to_0_d(checkpoint):
     lines = run_cli_in_process("migrate", checkpoint).stdout.splitlines()
-    assert lines[0] == HEADING + "none stops loading the checkpoint"
+    assert stopping_at_0_d()
+    assert lines[0] == HEADING + f"{len(stopping_at_0_d())} stops loading the checkpoint"
+
+
+def test_a_consumer_that_stops_loading_a_migrated_checkpoint_is_named_first_with_its_error(checkpoint):
+    lines = run_cli_in_process("migrate", checkpoint).stdout.splitlines()
+    (stopping,) = (o for o in OBSERVED if o.consumer == stopping_at_0_d()[0] and o.fix == NO_FIX)
+    assert lines[1] == f"  {stopping.consumer}: stops loading it: {stopping.scalar.note}"
 
 
 def test_migrating_names_transformers_without_the_patch_whose_decompression_changes(checkpoint):
@@ -106,7 +123,9 @@ def test_a_refused_migration_names_no_consumer(checkpoint):
 
 def test_a_dry_run_says_what_the_change_would_do(checkpoint):
     lines = run_cli_in_process("migrate", "--dry-run", checkpoint).stdout.splitlines()
-    assert lines[0] == HEADING.replace("this changes", "this would change") + "none would stop loading the checkpoint"
+    assert lines[0] == HEADING.replace("this changes", "this would change") + (
+        f"{len(stopping_at_0_d())} would stop loading the checkpoint"
+    )
 
 
 def test_migrating_back_to_legacy_says_in_the_heading_that_a_consumer_stops_loading_it(checkpoint):
