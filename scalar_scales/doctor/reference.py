@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from scalar_scales.consumers.by_rule import observed_consequences
-from scalar_scales.consumers.read import consequences
 from scalar_scales.doctor.catalogue import RULES
 from scalar_scales.doctor.rules import EFFECTS, NEEDS, Command, Rule
 from scalar_scales.nvfp4 import LAYOUTS
@@ -65,6 +63,9 @@ def reference_document() -> str:
 def rule_data(rule: Rule) -> dict[str, Any]:
     """One rule as data, for ``scalar-scales rule --output-format json`` (as ruff's ``rule --output-format
     json``): what its reference says, each part under its own key, from the same rule object."""
+    from scalar_scales.consumers.by_rule import observed_consequences  # here: a check never prints them
+    from scalar_scales.consumers.read import consequences
+
     return {
         "code": rule.code,
         "name": rule.name,
