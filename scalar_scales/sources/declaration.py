@@ -233,6 +233,8 @@ def _modelopt(
         raise CheckpointError(path, f"{exclude_key} must be a list, not {_json_kind(exclude)}; vLLM refuses it")
     kv_cache = bool(quantization.get("kv_cache_quant_algo")) or isinstance(quantization.get("kv_cache_scheme"), dict)
     group_size = _group_size(quantization.get("group_size"))
+    quantized_layers: tuple[tuple[str, int], ...] = ()
+    weight_only_groups: tuple[str, ...] = ()
     if algo == "MIXED_PRECISION":
         layers = _mapping(quantization, "quantized_layers")
         if not layers:
@@ -246,18 +248,10 @@ def _modelopt(
         groups = tuple(
             _modelopt_group(f"{layer_algo} (group size {size})", layer_algo, size) for layer_algo, size in recipes
         )
-        return Declaration(
-            MODELOPT,
-            algo,
-            groups,
-            _strings(exclude),
-            ignore_key=exclude_key,
-            kv_cache=kv_cache,
-            source=path,
-            quantized_layers=tuple(assigned),
-        )
-    weight_only_groups = _weight_only_groups(original) if algo == "NVFP4" else ()
-    groups = (_modelopt_group(algo, algo, group_size, weight_only=bool(weight_only_groups), everything=True),)
+        quantized_layers = tuple(assigned)
+    else:
+        weight_only_groups = _weight_only_groups(original) if algo == "NVFP4" else ()
+        groups = (_modelopt_group(algo, algo, group_size, weight_only=bool(weight_only_groups), everything=True),)
     return Declaration(
         MODELOPT,
         algo,
@@ -266,6 +260,7 @@ def _modelopt(
         ignore_key=exclude_key,
         kv_cache=kv_cache,
         source=path,
+        quantized_layers=quantized_layers,
         weight_only_groups=weight_only_groups,
     )
 
