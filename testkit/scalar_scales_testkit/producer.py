@@ -224,18 +224,27 @@ def load_reference(directory: str | os.PathLike[str]) -> Any:
     for the model type, after which a plain ``from_pretrained`` of the same
     architecture silently re-initialises its experts. The loaded model keeps
     its own save mapping (``_weight_conversions``), so we put the global one back.
+
+    It also registers the linearized experts' class as a process-wide patch
+    mapping, and clears it only after a load that succeeds: after one that
+    raises (transformers 5.25 refuses a 0-D global scale unpatched), every
+    later ``load_quantizable_moe`` load raises "already has a patch mapping
+    registered". So we put back the patch mappings there were before, too.
     """
     from llmcompressor.modeling.moe.linearize import load_quantizable_moe
-    from transformers import AutoConfig, AutoModelForCausalLM, conversion_mapping
+    from transformers import AutoConfig, AutoModelForCausalLM, conversion_mapping, monkey_patching
 
     _drop_broken_lazy_modules()
     model_type = AutoConfig.from_pretrained(directory).model_type
     mapping = conversion_mapping.get_checkpoint_conversion_mapping(model_type)
     user_registered = model_type in conversion_mapping.USER_REGISTERED_MAPPINGS
+    patch_mappings = monkey_patching.get_patch_mapping()
     try:
         with load_quantizable_moe():
             return AutoModelForCausalLM.from_pretrained(directory, dtype=torch.bfloat16)
     finally:
+        monkey_patching.clear_patch_mapping()
+        monkey_patching.register_patch_mapping(patch_mappings)
         if mapping is None:
             conversion_mapping._checkpoint_conversion_mapping_cache.pop(model_type, None)
         else:
