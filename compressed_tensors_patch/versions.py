@@ -21,12 +21,15 @@ __all__ = ["SUPPORTED", "native_support"]
 
 SUPPORTED = {
     "compressed-tensors": ">=0.19,<0.21",
-    "transformers": ">=5.17,<5.20",
+    "transformers": ">=5.17,<5.26,!=5.20.*,!=5.21.*,!=5.22.*,!=5.23.*,!=5.24.*",
     "llmcompressor": ">=0.14.0.1,<0.15",
 }
 """Tested: compressed-tensors 0.19.0, 0.20.0 and 0.20.1; transformers 5.17.0 (5.19.0, vLLM's environments', has
-the two wrapped methods' source unchanged; 5.18 is not tested); llmcompressor 0.14.0.1, the producer extra's range.
-compressed-tensors 0.17.0, vLLM's pin, is refused (tests/producer/test_api.py)."""
+the two wrapped methods' source unchanged; 5.18 is not tested) and 5.25.0, the newest, in the newest-transformers
+environment (its ``CompressedTensorsConfig.__init__`` and ``to_dict`` have 5.17.0's source; its quantizer still
+builds the compressor with ``from_compression_config`` and compresses the skeleton with ``compress_model``); 5.20 to
+5.24 are not tested, so left out; llmcompressor 0.14.0.1, the producer extra's range. compressed-tensors 0.17.0,
+vLLM's pin, is refused (tests/producer/test_api.py)."""
 
 _QUANTIZATION_CONFIG = "compressed_tensors.quantization.quant_config.QuantizationConfig"
 

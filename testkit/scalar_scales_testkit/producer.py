@@ -16,6 +16,7 @@ from typing import Any
 
 import compressed_tensors
 import torch
+import transformers
 from llmcompressor import oneshot
 from llmcompressor.entrypoints.model_free import model_free_ptq
 from transformers import AutoModelForCausalLM
@@ -24,6 +25,7 @@ import compressed_tensors_patch
 from compressed_tensors_patch import toy_moe
 
 __all__ = [
+    "REFUSES_0D_UNPATCHED",
     "RUN_SAVE_PATH",
     "SAVE_PATH_CASES",
     "RunArtifacts",
@@ -36,6 +38,7 @@ __all__ = [
     "max_relative_difference",
     "migrated_copy",
     "quantize_to",
+    "refuses_0d_unpatched",
     "run_artifacts",
 ]
 
@@ -52,6 +55,25 @@ RUN_SAVE_PATH = "output_dir"
 """The save path scripts/make_artifacts.py writes the round trip's artifacts through (``oneshot(output_dir=...)``).
 Measured: ``quantize_to(..., save_path="output_dir")`` writes every file of them byte for byte, in each producer
 environment; ``save_pretrained`` writes the same config, weights and recipe, without the tokenizer's files."""
+
+UNPATCHED_REFUSES_0D = {"5.17.0": False, "5.25.0": True}
+"""Each transformers release the tests run, and whether its ``from_pretrained`` refuses 0-D global scales without
+the producer patch: 5.25.0 builds a (1,) parameter for each and reports the shapes as a MISMATCH. The patch builds
+the skeleton in the checkpoint's layout, so with it every release here loads both."""
+
+
+def refuses_0d_unpatched() -> bool:
+    """Whether the installed transformers refuses 0-D global scales without the patch; a release not observed yet
+    raises KeyError: observe it (tests/roundtrip/test_transformers_from_pretrained.py), then add it."""
+    return UNPATCHED_REFUSES_0D[transformers.__version__]
+
+
+REFUSES_0D_UNPATCHED = (
+    "this transformers refuses 0-D global scales without the patch "
+    "(tests/roundtrip/test_transformers_from_pretrained.py shows it)"
+)
+"""Why a test of what the unpatched stack does with 0-D global scales is skipped where ``refuses_0d_unpatched``."""
+
 
 PRODUCER_PACKAGES = ("torch", "transformers", "compressed-tensors", "llmcompressor")
 """The versions scripts/make_artifacts.py records in ``ct-<version>/producer.json``."""

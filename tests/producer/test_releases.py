@@ -98,6 +98,14 @@ def test_every_release_this_environment_runs_is_inside_the_declaration():
     assert [f"{name} {version}" for name, version in releases.items() if not _PATCHES.accepts(name, version)] == []
 
 
+def test_the_transformers_declaration_holds_the_tested_series_and_not_the_releases_between_them():
+    """5.17 (5.17.0 tested, 5.19.0's wrapped methods the same source) and 5.25 (5.25.0, newest-transformers); no
+    environment runs 5.20 to 5.24, so the declaration leaves them out."""
+    accepted = ["5.17.0", "5.19.0", "5.25.0", "5.25.1"]
+    refused = ["5.16.0", "5.20.0", "5.22.1", "5.24.0", "5.26.0"]
+    assert [v for v in accepted + refused if _PATCHES.accepts("transformers", v)] == accepted
+
+
 def test_every_row_and_the_code_the_patch_relies_on_resolve_on_this_environment_s_releases():
     """The declaration says which releases; the rows say what of them the patch touches, and all of it must be
     there, with the parameters the wrappers call it with."""

@@ -6,7 +6,8 @@ the experts' ``weight_global_scale`` tensors unused (its load report calls them 
 the experts without them (transformers issue 48371). Measured here against the reference logits
 (scripts/reference_logits.py: the same artifact decompressed with every global scale) and the unquantized
 weights. Runs in every producer environment (transformers 5.17.0) and in newest-transformers (the newest
-transformers release), on the artifacts of every producer.
+transformers release), on the artifacts of every producer. The patch supports both releases; 5.25.0 refuses 0-D
+global scales without it, and with it loads them, its output as wrong as from (1,) ones.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import compressed_tensors_patch
 from compressed_tensors_patch.versions import SUPPORTED
 from scalar_scales.nvfp4 import is_global_scale
 from scalar_scales.patching import within
+from scalar_scales_testkit.producer import refuses_0d_unpatched
 from scalar_scales_testkit.roundtrip import (
     SAME_OUTPUT,
     Artifact,
@@ -45,8 +47,6 @@ FIXES = {False: "none", True: "compressed_tensors_patch"}
 SCOPE = f"the global scales transformers {transformers.__version__}'s from_pretrained loads"
 PATCH_SUPPORTS_TRANSFORMERS = within(transformers.__version__, SUPPORTED["transformers"])
 ZERO_D_FORMS = ("format2", "legacy-migrated")
-REFUSES_0D = {"5.17.0": False, "5.25.0": True}
-"""Each transformers release observed, and whether its ``from_pretrained`` refuses 0-D global scales."""
 MIN_WRONG_LOGITS_ERROR = 0.5
 """Observed: 1.5 on every artifact, as far from the reference as unrelated logits are."""
 MIN_WRONG_EXPERTS_ERROR = 1e3
@@ -147,9 +147,11 @@ def loaded(prompt_ids, unquantized):
 
 def loads_as_observed(artifact: Artifact, patched: bool) -> bool:
     """Whether the stack was observed to load the artifact: the patch refuses a transformers outside its declared
-    releases; an unobserved transformers release has no expectation (a KeyError: observe it, then add it)."""
-    zero_d = artifact.form in ZERO_D_FORMS
-    return (PATCH_SUPPORTS_TRANSFORMERS or not patched) and not (zero_d and REFUSES_0D[transformers.__version__])
+    releases, and loads 0-D global scales where the release alone refuses them (``refuses_0d_unpatched``: an
+    unobserved release has no expectation, a KeyError)."""
+    if patched:
+        return PATCH_SUPPORTS_TRANSFORMERS
+    return not (artifact.form in ZERO_D_FORMS and refuses_0d_unpatched())
 
 
 def test_without_the_patch_1_shaped_forms_load_and_0d_ones_where_the_release_takes_their_shape(loaded, artifact):
@@ -167,6 +169,8 @@ def test_without_the_patch_1_shaped_forms_load_and_0d_ones_where_the_release_tak
 def test_with_the_patch_every_form_loads_where_it_supports_this_transformers_and_it_refuses_the_others(
     loaded, artifact
 ):
+    """0-D forms included on 5.25.0, which refuses them unpatched: the patch builds the model's global scales in
+    the checkpoint's layout before the weights load."""
     result = loaded(artifact, True)
     assert result.loads == loads_as_observed(artifact, True), result.error
     if not PATCH_SUPPORTS_TRANSFORMERS:
