@@ -101,8 +101,8 @@ _EXPERT = re.compile(r"\.experts\.\d+$")
         loader columns, and the round trip in [compatibility.md](compatibility.md)),
         and so does transformers (whose plain `from_pretrained` of an NVFP4 MoE
         computes wrong experts from either shape, transformers #48371, and from
-        5.25.0 on refuses a 0-D global scale: the guide's rows say by how much and
-        which). What fails is a loader that copies it into a 0-D
+        5.25.0 on refuses a 0-D global scale without the producer patch: the
+        guide's rows say by how much and which). What fails is a loader that copies it into a 0-D
         tensor with `copy_`: `RuntimeError: output with shape [] doesn't match the
         broadcast shape [1]`, as the round trip's `copy_` consumer shows, and
         SGLang 0.5.23 where it fuses MLA a-projections (DeepSeek-V3's and
