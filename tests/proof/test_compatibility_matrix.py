@@ -98,3 +98,27 @@ def test_plain_from_pretrained_is_in_the_guide_and_in_the_packages_observations(
     rows = [row("transformers-from-pretrained", PLAIN, form, **measured) for form in matrix.FORMS]
     assert guide_row(matrix, rows).startswith(f"| {PLAIN} |")
     assert PLAIN in matrix.observed_module(rows)
+
+
+def test_one_release_with_and_without_the_patch_gets_a_row_each_saying_what_each_makes_of_0d(matrix):
+    """transformers 5.25.0 as the round trip records it: unpatched, it refuses 0-D global scales; with the patch,
+    it loads them and computes as it does from (1,) ones. Each stack is its own row of the guide and of the
+    package's observations."""
+    error = "RuntimeError: You set `ignore_mismatched_sizes` to `False`, thus raising an error."
+    measured = {"same_output": False, "logits_error": "1.5e+00", "experts_error": "3.0e+04"}
+    rows = [
+        {**row("transformers-from-pretrained", PLAIN, form, **details), "fix": fix}
+        for fix in ("none", "compressed_tensors_patch")
+        for form in matrix.FORMS
+        for details in [{"error": error} if fix == "none" and form in ("format2", "legacy-migrated") else measured]
+    ]
+    wrong = (
+        "❌ loads, wrong output: logits up to 1.5e+00 from the reference, experts' weights up to 3.0e+04 from the "
+        "unquantized"
+    )
+    assert matrix.decision_guide(rows)[3:-1] == [
+        f"| {PLAIN} | none | {wrong} | ❌ `` {error} `` |",
+        f"| {PLAIN} | compressed_tensors_patch | {wrong} | {wrong} |",
+    ]
+    observed = matrix.observed_module(rows)
+    assert '"compressed_tensors_patch",\n        legacy=Outcome(True),\n        scalar=Outcome(True),\n' in observed
