@@ -47,6 +47,8 @@ COMPUTED = ("transformers", "transformers-from-pretrained")
 whether they load: the test kit's path and plain ``from_pretrained``."""
 SGLANG_SCHEMES = ("NVFP4",)
 """SGLang's rows: its DeepSeek-V3 loading, of one producer's NVFP4 artifacts (W4A16's Marlin repack needs CUDA)."""
+LOADER_FORMS = ("legacy", "format2")
+"""The forms of the SGLang loaders' own checkpoints (``scalar_scales_testkit.sglang_loaders``): one of each shape."""
 DATE_PREFIX = "Results last changed on "
 DEFAULT_SUBJECT = (
     "the toy Qwen3-MoE of `compressed_tensors_patch.toy_moe` "
@@ -106,13 +108,13 @@ def check_releases(rows: list[dict[str, Any]]) -> None:
                 raise ResultsError(f"{package} {version} (scripts/suites.toml, {name}): no results recorded")
 
 
-def check_complete(rows: list[dict[str, Any]], schemes: tuple[str, ...]) -> None:
-    """Every consumer saw every form of each of ``schemes``, from every producer any of them saw."""
+def check_complete(rows: list[dict[str, Any]], schemes: tuple[str, ...], forms: tuple[str, ...] = tuple(FORMS)) -> None:
+    """Every consumer saw each of ``forms`` of each of ``schemes``, from every producer any of them saw."""
     producers = sorted({r["artifact"]["producer"] for r in rows})
     cells = defaultdict(set)
     for r in rows:
         cells[r["family"], r["consumer"], r["fix"]].add(artifact_key(r))
-    expected = {(p, s, f) for p in producers for s in schemes for f in FORMS}
+    expected = {(p, s, f) for p in producers for s in schemes for f in forms}
     for consumer, seen in sorted(cells.items()):
         if seen != expected:
             raise ResultsError(f"{' / '.join(consumer)}: {len(expected - seen)} of {len(expected)} results missing")
@@ -201,8 +203,44 @@ def load_cell(row: dict[str, Any]) -> str:
     return "✅ loads" if row["loads"] else f"❌ fails: `{row['error']}`"
 
 
-def sglang_section(rows: list[dict[str, Any]]) -> list[str]:
-    """SGLang's table, where the run had an SGLang environment."""
+def is_loader(row: dict[str, Any]) -> bool:
+    """An SGLang row of a loader's own checkpoint (tests/sglang_loading's ``loader_observed``), not of a toy's
+    whole artifact: docs/sglang.md shows it, and the package's observations hold it, but not the matrix's table
+    or the README's guide, whose rows are the toys'."""
+    return row["family"] == "sglang" and "loader" in row["details"]
+
+
+def check_loaders(loaders: list[dict[str, Any]]) -> None:
+    """Every loader's class, as released and with each fix, loaded both forms, and where it loaded the checkpoint's
+    scale."""
+    check_complete(loaders, SGLANG_SCHEMES, LOADER_FORMS)
+    for r in loaders:
+        if r["artifact"]["form"] not in LOADER_FORMS:
+            raise ResultsError(f"{r['consumer']} ({r['fix']}): a loader's checkpoint of form {r['artifact']['form']}")
+        if r["loads"] and r["scales_equal_disk"] is False:
+            raise ResultsError(f"{r['consumer']} ({r['fix']}): loaded scales that are not the checkpoint's")
+
+
+def loaders_paragraph(loaders: list[dict[str, Any]]) -> list[str]:
+    """The classes of SGLang's other loaders that fuse, loaded from checkpoints of their own, which
+    docs/sglang.md shows."""
+    if not loaders:
+        return []
+    check_loaders(loaders)
+    classes = ", ".join(f"`{name}`" for name in sorted({r["details"]["architecture"] for r in loaders}))
+    return [
+        "",
+        "SGLang's other loaders that fuse the pair were each given a checkpoint of its own model, whose a-projections",
+        "are the DeepSeek-V3 toy's (legacy and format 2), and loaded as the model classes",
+        f"{classes}.",
+        "[sglang.md](sglang.md#every-loader-that-fuses) shows what each did, also with parts whose scales differ;",
+        "`scalar-scales check` and `migrate` say it of a checkpoint of one of those classes from these loads (a NextN",
+        "draft's class is the one SGLang makes of its target's, which no `config.json` names).",
+    ]
+
+
+def sglang_section(rows: list[dict[str, Any]], loaders: list[dict[str, Any]]) -> list[str]:
+    """SGLang's table, where the run had an SGLang environment, and its other loaders' classes."""
     if not rows:
         return []
     check_complete(rows, SGLANG_SCHEMES)
@@ -220,6 +258,7 @@ def sglang_section(rows: list[dict[str, Any]]) -> list[str]:
         "| consumer | fix | artifact | NVFP4 |",
         "|---|---|---|---|",
         *table(rows, lambda r: (r["consumer"], r["fix"], FORMS[r["artifact"]["form"]]), load_cell, SGLANG_SCHEMES),
+        *loaders_paragraph(loaders),
     ]
 
 
@@ -245,7 +284,8 @@ def gpu_summary(results: Path) -> str:
 
 
 def render(rows: list[dict[str, Any]], subject: str, date: str, doc_folder: Path) -> str:
-    sglang = sorted((r for r in rows if r["family"] == "sglang"), key=order)
+    sglang = sorted((r for r in rows if r["family"] == "sglang" and not is_loader(r)), key=order)
+    loaders = sorted((r for r in rows if is_loader(r)), key=order)
     check_complete_and_consistent([r for r in rows if r["family"] not in ("artifact", "sglang")])
     artifacts = sorted((r for r in rows if r["family"] == "artifact"), key=order)
     consumers = sorted((r for r in rows if r["family"] not in ("artifact", "sglang")), key=order)
@@ -296,7 +336,7 @@ def render(rows: list[dict[str, Any]], subject: str, date: str, doc_folder: Path
         "| consumer | fix | artifact | NVFP4 | NVFP4A16 |",
         "|---|---|---|---|---|",
         *table(consumers, lambda r: (r["consumer"], r["fix"], FORMS[r["artifact"]["form"]]), consumer_cell),
-        *sglang_section(sglang),
+        *sglang_section(sglang, loaders),
         "",
         "## Beyond the round trip",
         "",
@@ -396,7 +436,7 @@ def decision_guide(rows: list[dict[str, Any]]) -> list[str]:
         "| 0-D: format 2, or after `scalar-scales migrate` |",
         "|---|---|---|---|",
     ]
-    for (consumer, fix), by_shape in by_consumer(rows).items():
+    for (consumer, fix), by_shape in by_consumer([r for r in rows if not is_loader(r)]).items():
         if by_shape["(1,)"][0]["family"] == "transformers":
             consumer += ", through llm-compressor's `load_quantizable_moe` (the test kit's path)"
         lines.append(f"| {consumer} | {fix} | {guide_cell(by_shape['(1,)'])} | {guide_cell(by_shape['0-D'])} |")
@@ -409,8 +449,8 @@ LINE_LENGTH = 120
 
 
 def observed_module(rows: list[dict[str, Any]]) -> str:
-    """scalar_scales/consumers/observed.py: the decision guide as the package carries it, for ``check`` and
-    ``migrate`` to say what each consumer does."""
+    """scalar_scales/consumers/observed.py: the decision guide as the package carries it, with SGLang's other
+    loaders' classes (:func:`is_loader`), for ``check`` and ``migrate`` to say what each consumer does."""
     lines = [
         '"""What each consumer of the round trip did with each shape of global scale: generated by',
         "scripts/compatibility_matrix.py from the test command's run, with docs/compatibility.md and the README's",

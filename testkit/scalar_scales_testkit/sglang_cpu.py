@@ -41,8 +41,11 @@ __all__ = [
     "MODELS",
     "fused_global_scales",
     "fused_scales_on_disk",
+    "load_configured",
     "load_model",
     "loaded_parameter",
+    "model_class",
+    "model_config",
     "nothing_loaded",
     "unload",
     "with_kv_a_scale_doubled",
@@ -109,6 +112,12 @@ def load_model(artifact: Path, *, port: int, draft: bool = False, overrides: dic
     makes DeepSeek's, GLM's, LongCat's and the other MTP models their NextN class). ``overrides`` replace
     :data:`CONFIG_OVERRIDES`, which only the DeepSeek-family toys need (a model of another family, Qwen3-MoE,
     takes ``{}``: its rotary embedding is no YaRN)."""
+    return load_configured(model_config(artifact, port=port, draft=draft, overrides=overrides))
+
+
+def model_config(artifact: Path, *, port: int, draft: bool = False, overrides: dict[str, Any] | None = None) -> Any:
+    """The ``ModelConfig`` SGLang's scheduler builds for ``artifact`` (:func:`load_model`'s arguments), with the
+    process set up for ``get_model`` as :func:`load_model` says."""
     os.environ["MASTER_PORT"] = str(port)
     from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
     from sglang.srt.utils import configure_logger
@@ -124,18 +133,29 @@ def load_model(artifact: Path, *, port: int, draft: bool = False, overrides: dic
     )
     configure_logger(server_args)
     set_global_server_args_for_scheduler(server_args)
-    from sglang.srt.configs.device_config import DeviceConfig
-    from sglang.srt.configs.load_config import LoadConfig
     from sglang.srt.configs.model_config import ModelConfig
-    from sglang.srt.model_loader import get_model
 
     _one_process_groups(server_args)
     _answer_platform_gates()
-    return get_model(
-        model_config=ModelConfig.from_server_args(server_args, is_draft_model=draft),
-        load_config=LoadConfig(load_format="auto"),
-        device_config=DeviceConfig("cpu"),
-    )
+    return ModelConfig.from_server_args(server_args, is_draft_model=draft)
+
+
+def model_class(config: Any) -> str:
+    """The model class SGLang loads for ``config`` (a :func:`model_config`), by its own rule
+    (``get_model_architecture``): the first of the config's ``architectures`` its registry has, after a draft's
+    is made its draft class."""
+    from sglang.srt.model_loader.utils import get_model_architecture
+
+    return str(get_model_architecture(config)[1])
+
+
+def load_configured(config: Any) -> Any:
+    """SGLang's model for ``config`` (a :func:`model_config`), loaded by ``get_model`` as :func:`load_model` says."""
+    from sglang.srt.configs.device_config import DeviceConfig
+    from sglang.srt.configs.load_config import LoadConfig
+    from sglang.srt.model_loader import get_model
+
+    return get_model(model_config=config, load_config=LoadConfig(load_format="auto"), device_config=DeviceConfig("cpu"))
 
 
 def unload() -> None:

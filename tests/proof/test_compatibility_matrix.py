@@ -122,3 +122,47 @@ def test_one_release_with_and_without_the_patch_gets_a_row_each_saying_what_each
     ]
     observed = matrix.observed_module(rows)
     assert '"compressed_tensors_patch",\n        legacy=Outcome(True),\n        scalar=Outcome(True),\n' in observed
+
+
+KIMI = "SGLang 0.5.23 KimiK3LinearForCausalLM"
+
+
+def loader_row(form: str, **details: Any) -> dict[str, Any]:
+    """A load of one of SGLang's other loaders' checkpoints, as tests/sglang_loading's conftest.py records it."""
+    architecture = KIMI.rpartition(" ")[2]
+    found = row("sglang", KIMI, form, architecture=architecture, fused=["q_a_proj", "kv_a_proj_with_mqa"], **details)
+    found["details"] |= {"loader": "kimi_k3.py:KimiK3LinearForCausalLM.load_weights", "draft": False}
+    return found | {"scales_equal_disk": True if found["loads"] else None}
+
+
+def test_an_sglang_loader_s_class_is_in_the_package_s_observations_and_not_in_the_guide(matrix):
+    """docs/sglang.md shows the loaders' rows; check and migrate judge a checkpoint of that class by them."""
+    rows = [loader_row("legacy"), loader_row("format2", error="IndexError: tuple index out of range")]
+    assert matrix.decision_guide(rows)[3:-1] == []
+    assert (
+        "    Observation(\n"
+        '        "sglang",\n'
+        f'        "{KIMI}",\n'
+        '        "none",\n'
+        "        legacy=Outcome(True),\n"
+        '        scalar=Outcome(False, "IndexError: tuple index out of range"),\n'
+        '        architecture="KimiK3LinearForCausalLM",\n'
+        '        fused=("q_a_proj", "kv_a_proj_with_mqa"),\n'
+        "    ),\n"
+    ) in matrix.observed_module(rows)
+
+
+def test_the_compatibility_doc_names_the_loaders_classes_where_sglang_md_shows_them(matrix):
+    paragraph = " ".join(matrix.loaders_paragraph([loader_row("legacy"), loader_row("format2")]))
+    assert "loaded as the model classes `KimiK3LinearForCausalLM`. [sglang.md](sglang.md#every-loader" in paragraph
+
+
+def test_a_loader_s_class_not_loaded_in_both_shapes_is_an_incomplete_result(matrix):
+    with pytest.raises(matrix.ResultsError, match=f"sglang / {KIMI} / none: 1 of 2 results missing"):
+        matrix.check_loaders([loader_row("legacy")])
+
+
+def test_a_loader_s_load_of_scales_not_the_checkpoint_s_is_no_outcome_the_matrix_states(matrix):
+    wrong = loader_row("format2") | {"scales_equal_disk": False}
+    with pytest.raises(matrix.ResultsError, match="loaded scales that are not the checkpoint's"):
+        matrix.check_loaders([loader_row("legacy"), wrong])

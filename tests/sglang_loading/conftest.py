@@ -158,7 +158,8 @@ def loader_observed(
     load: Callable[..., dict[str, Any]], loader_checkpoint: Callable[[str, str], tuple[Path, dict[str, float]]]
 ) -> Callable[[str, str, bool], tuple[dict[str, Any], dict[str, float]]]:
     """``loader_observed("kimi-k3", "legacy", plugins)``: what SGLang did with that loader's checkpoint of that
-    form (as a draft where the loader's model is one), loaded once per session, and the checkpoint's scales."""
+    form (as a draft where the loader's model is one), loaded once per session, and the checkpoint's scales;
+    recorded for ``check`` and ``migrate`` where :func:`_recorded` says."""
     from scalar_scales_testkit.sglang_loaders import LOADERS, NVFP4_DROPPED
 
     loaders = LOADERS | NVFP4_DROPPED
@@ -167,10 +168,47 @@ def loader_observed(
     def get(name: str, form: str, plugins: bool) -> tuple[dict[str, Any], dict[str, float]]:
         if (name, form, plugins) not in cache:
             path, scales = loader_checkpoint(name, form)
-            cache[name, form, plugins] = (load(path, plugins=plugins, draft=loaders[name].draft), scales)
+            cache[name, form, plugins] = found = (load(path, plugins=plugins, draft=loaders[name].draft), scales)
+            if _recorded(name, form):
+                _record_loader(name, Artifact(PRODUCER, SCHEME, form, path), plugins, *found)
         return cache[name, form, plugins]
 
     return get
+
+
+def _recorded(name: str, form: str) -> bool:
+    """Which loads of the loaders' checkpoints are observations of SGLang as released or with the plugin: those of
+    the loaders in ``LOADERS`` (LongCat's NextN drops an NVFP4 layer before it fuses) but the toys' own classes,
+    whose whole artifacts ``observed`` records in every form, and of the forms whose parts' scales are equal (an
+    observation is about a shape of scale); none where SGLang is the one patched upstream, which is neither."""
+    from scalar_scales_testkit.sglang_loaders import LOADERS
+
+    return name in LOADERS and name not in MODELS and form in ("legacy", "format2") and not UPSTREAM
+
+
+UPSTREAM = bool(os.environ.get("SCALAR_SCALES_SGLANG_UPSTREAM"))
+"""SGLang patched with upstream/sglang.patch (scripts/verify_sglang_patch.sh)."""
+
+
+def _record_loader(
+    name: str, artifact: Artifact, plugins: bool, found: dict[str, Any], scales: dict[str, float]
+) -> None:
+    """A loader's load as docs/compatibility.md's SGLang rows record theirs, as the model class SGLang loaded it
+    as (a draft's NextN class, which is no class config.json names); ``loader`` marks it one of
+    ``scalar_scales_testkit.sglang_loaders``', whose rows docs/sglang.md shows."""
+    from scalar_scales_testkit.sglang_loaders import LOADERS, LOADS, outcome
+
+    architecture = found["architecture"]
+    error = found["error"].splitlines()[0] if found["error"] else None
+    result = Result(f"SGLang {version('sglang')} {architecture}", FIXES[plugins], artifact, found["loaded"], error)
+    result.scales_equal_disk = outcome(found, scales) == LOADS if found["loaded"] else None
+    result.details = {
+        "architecture": architecture,
+        "fused": list(MLA_A_PROJECTIONS),
+        "loader": LOADERS[name].function,
+        "draft": LOADERS[name].draft,
+    }
+    result.record("sglang", versions=installed_versions() | {"sglang": version("sglang")})
 
 
 @pytest.fixture

@@ -17,7 +17,9 @@ is found through its entry point (and ``SGLANG_PLUGINS`` applies). The line
 holds ``loaded``, ``error`` (type and message, as SGLang raised it) and, once
 loaded, the model's class and the global scales of its fused MLA
 a-projections, what the plugin patched, and where the ``sglang`` imported
-lies. A request's ``draft`` loads the artifact as SGLang loads a draft model.
+lies; ``architecture``, once SGLang has resolved it, is the model class it
+loads the artifact as. A request's ``draft`` loads the artifact as SGLang
+loads a draft model (whose class is then its draft class, a NextN one).
 """
 
 from __future__ import annotations
@@ -42,11 +44,20 @@ def load(artifact: Path, port: int, draft: bool = False) -> dict[str, object]:
     """What SGLang did with ``artifact`` (as a draft model where ``draft``): the JSON line's object."""
     import sglang
 
-    from scalar_scales_testkit.sglang_cpu import FUSED, fused_global_scales, load_model, loaded_parameter
+    from scalar_scales_testkit.sglang_cpu import (
+        FUSED,
+        fused_global_scales,
+        load_configured,
+        loaded_parameter,
+        model_class,
+        model_config,
+    )
 
     result: dict[str, object] = {"loaded": False, "error": None, "sglang": sglang.__file__}
     try:
-        model = load_model(artifact, port=port, draft=draft)
+        config = model_config(artifact, port=port, draft=draft)
+        result["architecture"] = model_class(config)
+        model = load_configured(config)
     except Exception as error:  # what SGLang raised is the observation
         result["error"] = f"{type(error).__name__}: {error}"
     else:

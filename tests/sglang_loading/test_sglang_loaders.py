@@ -63,3 +63,30 @@ def test_longcat_s_nextn_loader_drops_an_nvfp4_mtp_layer_whatever_the_shape_of_i
     found, scales = loader_observed("longcat-flash-nextn", form, False)
     assert found["model"] == "LongcatFlashForCausalLMNextN"
     assert outcome(found, scales) == "loads, scales not the checkpoint's"
+
+
+@pytest.mark.parametrize(
+    ("name", "architecture"),
+    [
+        ("deepseek-v3-nextn", "DeepseekV3ForCausalLMNextN"),
+        ("glm4-moe-lite-nextn", "Glm4MoeLiteForCausalLMNextN"),
+        ("kimi-k25-eagle3", "Eagle3DeepseekV2ForCausalLM"),
+    ],
+)
+def test_a_draft_is_loaded_as_the_class_sglang_makes_of_its_config_s(loader_observed, name, architecture):
+    """What its observations are recorded as (conftest.py): a NextN draft's class is the one SGLang makes of its
+    target's, which the checkpoint's config.json does not name; EAGLE-3's config names its own."""
+    assert loader_observed(name, "legacy", False)[0]["architecture"] == architecture
+
+
+@pytest.mark.parametrize("fix", FIXES)
+@pytest.mark.parametrize(
+    ("draft", "target"), [("deepseek-v3-nextn", "deepseek-v3"), ("glm4-moe-lite-nextn", "glm4-moe-lite")]
+)
+def test_a_nextn_draft_does_with_each_form_what_its_target_s_loader_does(loader_observed, draft, target, fix):
+    """Why ``check`` judges a checkpoint by its target's class alone (``scalar_scales.consumers.of_checkpoint``):
+    SGLang loads a NextN draft from its target's checkpoint, and does with it what it does with the target."""
+    drafted, targeted = (
+        [outcome(*loader_observed(name, form, FIXES[fix])) for form in FORMS] for name in (draft, target)
+    )
+    assert drafted == targeted
