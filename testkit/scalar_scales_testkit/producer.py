@@ -34,6 +34,7 @@ __all__ = [
     "load_and_run",
     "load_bf16",
     "load_reference",
+    "logits_in_float32",
     "loguru_messages",
     "max_relative_difference",
     "migrated_copy",
@@ -184,6 +185,20 @@ def load_and_run(
     finally:
         compressed_tensors_patch.revert()
     return {name: p.detach() for name, p in model.named_parameters()}, logits
+
+
+def logits_in_float32(path: Path, prompt_ids: torch.Tensor) -> torch.Tensor:
+    """A checkpoint's logits with its decompressed weights in float32, with the patch: compressed-tensors
+    decompresses in the checkpoint's dtype on the first forward pass, after which the model is cast, so the weights
+    are the bf16 model's exactly and only the arithmetic's precision differs."""
+    compressed_tensors_patch.apply()
+    try:
+        model = load_reference(path)
+        with torch.no_grad():
+            model(prompt_ids)
+            return model.to(torch.float32)(prompt_ids).logits.float()
+    finally:
+        compressed_tensors_patch.revert()
 
 
 def migrated_copy(source: Path, target: Path, *args: str) -> Path:

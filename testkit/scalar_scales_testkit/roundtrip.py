@@ -40,6 +40,7 @@ __all__ = [
     "first_artifact",
     "global_scales_on_disk",
     "installed_versions",
+    "logged_error",
     "logits_error",
     "prompt_ids",
     "recorded_loads",
@@ -112,11 +113,12 @@ def first_artifact(scheme: str, form: str) -> Path:
     return next(a.path for a in all_artifacts(artifacts_root()) if (a.scheme, a.form) == (scheme, form))
 
 
-def reference_logits(artifact: Artifact) -> torch.Tensor:
+def reference_logits(artifact: Artifact, *, float32: bool = False) -> torch.Tensor:
     """The artifact's reference logits (scripts/reference_logits.py: decompressed by the test kit's path with the
-    patch, the values the quantizer meant), each prompt position's logits minus their mean."""
+    patch, the values the quantizer meant), each prompt position's logits minus their mean; computed in bf16, or
+    with ``float32`` the same weights' in float32 (written for each scheme's legacy artifact)."""
     path = artifacts_root() / "reference" / f"{artifact.producer}-{artifact.scheme}-{artifact.form}.json"
-    return torch.tensor(json.loads(path.read_text())["centred_logits"])
+    return torch.tensor(json.loads(path.read_text())["centred_logits_float32" if float32 else "centred_logits"])
 
 
 def logits_error(logits: torch.Tensor, reference: torch.Tensor) -> float:
@@ -172,6 +174,15 @@ def recorded_loads(load: Callable[[Artifact, bool], Result], family: str) -> Cal
 def error_line(error: BaseException) -> str:
     """The first line of an error, without addresses or temporary paths, as the matrix shows it."""
     line = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+    return re.sub(r"0x[0-9a-f]+|/\S+", "…", line)
+
+
+def logged_error(log: str) -> str:
+    """The error a process's log ends its last traceback with, as ``error_line`` shows an error (the line of a
+    process that failed, whose exception the caller does not hold); the log's last line where it has none."""
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    raised = [line for line in lines if re.match(r"^[\w.]+(Error|Exception|Interrupt|Exit)\b.*", line)]
+    line = raised[-1] if raised else (lines[-1] if lines else "no output")
     return re.sub(r"0x[0-9a-f]+|/\S+", "…", line)
 
 

@@ -1,4 +1,8 @@
-"""vLLM's engine serves NVFP4 artifacts on the CPU through the plugin's emulation, legacy and format 2 alike."""
+"""vLLM's engine serves NVFP4 artifacts on the CPU through the plugin's emulation, legacy and format 2 alike.
+
+What it computes for each form is recorded for the compatibility matrix (family ``vllm-served``): its prompt
+logits against the reference logits (scripts/reference_logits.py), by the guide's measure (``logits_error``).
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,30 @@ import re
 import shutil
 
 import pytest
+import torch
+import vllm
 from safetensors.torch import load_file, save_file
 
-SERVED = ("NVFP4-legacy", "NVFP4-format2", "NVFP4-legacy-migrated", "NVFP4A16-legacy")
+from scalar_scales_testkit.roundtrip import (
+    FORMS,
+    SAME_OUTPUT,
+    SCHEMES,
+    Artifact,
+    Result,
+    logged_error,
+    logits_error,
+    reference_logits,
+)
+
+PRODUCER = "0.19.0"
+SERVED = tuple(f"{scheme}-{form}" for scheme in SCHEMES for form in FORMS)
+"""Every form of both schemes, as the compatibility matrix shows them (the engine serves each once: ``serve``)."""
+CONSUMER = f"vLLM {vllm.__version__} engine on the CPU, the plugin's NVFP4 emulation"
+FIX = "scalar_scales plugin"
+"""Without it, vLLM on the CPU has no NVFP4 kernel and refuses NVFP4 (the test below that switches it off)."""
 MIN_COSINE = 0.99
+FLOAT32_SAME = 1e-5
+"""``logits_error`` of two float32 computations of the same product in another order (observed: 4.1e-07)."""
 EMULATING = "scalar-scales: vLLM has no NVFP4 kernel on the CPU; emulating NVFP4"
 
 
@@ -65,6 +89,12 @@ def test_switched_off_vllm_refuses_nvfp4_on_the_cpu(serve, artifact):
     assert EMULATING not in served.log
 
 
+def test_a_serve_that_fails_is_recorded_with_the_error_its_engine_raised(serve, artifact):
+    """What a served row says where the engine fails: the last traceback's error line, from the serve's log."""
+    served = serve(artifact("NVFP4-legacy"), SCALAR_SCALES_NVFP4_EMULATION="0")
+    assert logged_error(served.log).startswith("ValueError: Failed to find a kernel that can implement the NVFP4")
+
+
 def test_with_multiprocessing_the_plugin_emulates_in_the_worker_process(serve, artifact):
     served = serve(artifact("NVFP4-legacy"), dtype="float32", multiprocessing=True)
     assert served.returncode == 0, served.log[-3000:]
@@ -80,3 +110,57 @@ def test_the_compiled_engine_serves_with_the_emulation_too(serve, artifact, refe
     assert served.returncode == 0, served.log[-3000:]
     assert EMULATING in served.log
     assert cosines(served, reference("NVFP4-legacy")).min().item() >= MIN_COSINE
+
+
+@pytest.fixture(scope="module")
+def computed(serve, artifact):
+    """``computed(name)``: what the engine computed for one artifact, measured against the reference and recorded
+    once for the compatibility matrix. vLLM's rows start at position 1 (``cosines`` says why), so the reference's
+    are taken without its last."""
+    cache: dict[str, Result] = {}
+
+    def get(name: str) -> Result:
+        if name not in cache:
+            scheme, form = name.split("-", 1)
+            served_artifact = Artifact(PRODUCER, scheme, form, artifact(name))
+            served = serve(served_artifact.path)
+            result = Result(CONSUMER, FIX, served_artifact, loads=served.returncode == 0, scales_scope="served")
+            if result.loads:
+                error = logits_error(torch.tensor(served.centred_logprobs), reference_logits(served_artifact)[:, :-1])
+                result.details |= {"logits_error": f"{error:.1e}", "same_output": error <= SAME_OUTPUT}
+            else:
+                result.error = logged_error(served.log)
+            result.record("vllm-served")
+            cache[name] = result
+        return cache[name]
+
+    return get
+
+
+@pytest.mark.parametrize("name", SERVED)
+def test_every_form_is_served_and_its_output_measured_against_the_reference(computed, name):
+    result = computed(name)
+    assert result.loads, result.error
+    assert float(result.details["logits_error"]) >= 0
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_every_form_of_a_scheme_computes_exactly_what_its_legacy_form_computes(serve, artifact, scheme):
+    legacy = serve(artifact(f"{scheme}-legacy")).centred_logprobs
+    assert legacy and all(serve(artifact(f"{scheme}-{form}")).centred_logprobs == legacy for form in FORMS)
+
+
+def test_in_float32_the_engine_computes_the_references_w4a4_output(serve, artifact):
+    """Both sides fake-quantize W4A4 activations (compressed-tensors, and the emulation restating it): with the same
+    weights in float32 they agree to float32's rounding, so what parts them in bf16 is bf16's."""
+    name = "NVFP4-legacy"
+    served = serve(artifact(name), dtype="float32", multiprocessing=True)  # the worker-process test's serve
+    reference = reference_logits(Artifact(PRODUCER, "NVFP4", "legacy", artifact(name)), float32=True)
+    assert logits_error(torch.tensor(served.centred_logprobs), reference[:, :-1]) < FLOAT32_SAME
+
+
+def test_in_bfloat16_w4a4_moves_further_from_the_reference_than_w4a16(computed):
+    """bf16 rounding in another order moves an activation across an FP4 rounding boundary now and then, and W4A4
+    then moves it by a whole FP4 step: observed 1.1e-01 for W4A4, 1.7e-02 for W4A16."""
+    w4a4, w4a16 = (float(computed(f"{scheme}-legacy").details["logits_error"]) for scheme in SCHEMES)
+    assert w4a4 > 2 * w4a16 > 2 * SAME_OUTPUT

