@@ -169,12 +169,17 @@ def engine_note(row: dict[str, Any]) -> str:
 
 
 def served_cell(row: dict[str, Any]) -> str:
-    """A served row: the reference's output, or how far from it, or the engine's error."""
+    """A served row: the reference's output (judged in float32, with the bf16 distance beside it), or how far
+    from it, or the engine's error."""
     if not row["loads"]:
         return f"❌ fails: {code(row['error'])}"
-    if row["details"]["same_output"]:
-        return "✅ same output as the reference"
-    return f"❌ loads, wrong output (logits {row['details']['logits_error']} from the reference)"
+    details = row["details"]
+    bf16 = f"bf16: {details['logits_error']}, each stack rounding in its own order"
+    if details["same_output"]:
+        return f"✅ same output as the reference (float32: {details['float32_error']} from it; {bf16})"
+    if not details["as_legacy"]:
+        return f"❌ loads, wrong output (logits differ from the legacy form's; {bf16})"
+    return f"❌ loads, wrong output (float32: logits {details['float32_error']} from the reference; {bf16})"
 
 
 def consumer_cell(row: dict[str, Any]) -> str:
@@ -318,12 +323,13 @@ def served_section(rows: list[dict[str, Any]]) -> list[str]:
         f"artifacts written by compressed-tensors {producers}. vLLM has no NVFP4 kernel on",
         "the CPU and, without the plugin, refuses to serve NVFP4 (shown for the legacy artifact); the plugin's",
         "emulation computes NVFP4 as compressed-tensors does (tests/engine/test_serve.py). Measured as above: the",
-        "prompt logits against the reference logits. Neither the reference nor the engine skips the W4A4",
-        "activation quantization: with the same weights in float32 on both sides, the engine computes the",
-        "reference's NVFP4 output to within 1e-05. In bf16 they differ by more than one bf16 step because each",
-        "rounds in its own order (vLLM's fused kernels, transformers' modules), and W4A4 differs more than W4A16",
-        "because an activation that rounding moves across an FP4 rounding boundary is then quantized a whole FP4",
-        "step away. Every form of a scheme gives exactly the logits of its legacy form.",
+        "prompt logits against the reference logits, judged in float32: each scheme's legacy artifact served in",
+        "float32 against the reference's float32 logits (the same weights; within 1e-05 is float32's rounding in",
+        "another order), and every other form's bf16 logits identical to its legacy form's. Neither the reference",
+        "nor the engine skips the W4A4 activation quantization. In bf16 the two stacks differ by more than one",
+        "bf16 step because each rounds in its own order (vLLM's fused kernels, transformers' modules), and W4A4",
+        "differs more than W4A16 because an activation that rounding moves across an FP4 rounding boundary is then",
+        "quantized a whole FP4 step away: each cell gives that bf16 distance too.",
         "",
         "| consumer | fix | artifact | NVFP4 | NVFP4A16 |",
         "|---|---|---|---|---|",
@@ -484,7 +490,10 @@ def computed_cell(rows: list[dict[str, Any]]) -> str:
     wrong = [r for r in rows if not r["details"]["same_output"]]
     if not wrong:
         return "✅ same output as the reference"
-    measured = [f"logits up to {largest(wrong, 'logits_error')} from the reference"]
+    if float32 := largest(wrong, "float32_error"):
+        measured = [f"float32 logits up to {float32} from the reference"]
+    else:
+        measured = [f"logits up to {largest(wrong, 'logits_error')} from the reference"]
     if experts := largest(wrong, "experts_error"):
         measured.append(f"experts' weights up to {experts} from the unquantized")
     if weights := largest(wrong, "max_relative_difference"):

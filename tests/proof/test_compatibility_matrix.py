@@ -46,7 +46,10 @@ def row(
 
 
 def served(form: str, scheme: str = "NVFP4", **details: Any) -> dict[str, Any]:
-    return row("vllm-served", ENGINE, form, scheme, fix="scalar_scales plugin", **details)
+    """A served artifact as tests/engine/test_serve.py records it: by default the reference's output, judged in
+    float32, 1.1e-01 from it in bf16."""
+    measured = {"same_output": True, "as_legacy": True, "float32_error": "4.1e-07", "logits_error": "1.1e-01"}
+    return row("vllm-served", ENGINE, form, scheme, fix="scalar_scales plugin", **measured | details)
 
 
 def guide_row(matrix: ModuleType, rows: list[dict[str, Any]]) -> str:
@@ -179,31 +182,52 @@ def test_a_loader_s_load_of_scales_not_the_checkpoint_s_is_no_outcome_the_matrix
         matrix.check_loaders([loader_row("legacy"), wrong])
 
 
-def test_the_engines_rows_say_how_far_each_shape_served_is_from_the_reference(matrix):
-    rows = [served(form, same_output=False, logits_error="1.1e-01") for form in matrix.FORMS]
-    cell = "❌ loads, wrong output: logits up to 1.1e-01 from the reference"
+def test_the_engines_guide_row_says_it_computes_the_references_output_where_every_form_does(matrix):
+    rows = [served(form) for form in matrix.FORMS]
+    cell = "✅ same output as the reference"
     assert guide_row(matrix, rows) == (
         f"| {ENGINE}, serving compressed-tensors 0.20.1's artifacts | scalar_scales plugin | {cell} | {cell} |"
     )
 
 
-def test_a_served_artifact_is_the_references_output_its_distance_from_it_or_the_engines_error(matrix):
-    assert matrix.served_cell(served("legacy", same_output=True, logits_error="0.0e+00")) == (
-        "✅ same output as the reference"
+def test_the_engines_guide_row_says_how_far_in_float32_a_shape_served_is_from_the_reference(matrix):
+    rows = [served(form, same_output=False, float32_error="3.0e-02") for form in matrix.FORMS]
+    cell = "❌ loads, wrong output: float32 logits up to 3.0e-02 from the reference"
+    assert guide_row(matrix, rows).endswith(f"| {cell} | {cell} |")
+
+
+def test_a_served_artifact_is_the_references_output_in_float32_with_its_bf16_distance_beside_it(matrix):
+    assert matrix.served_cell(served("legacy")) == (
+        "✅ same output as the reference (float32: 4.1e-07 from it; bf16: 1.1e-01, each stack rounding in its own "
+        "order)"
     )
-    assert matrix.served_cell(served("legacy", same_output=False, logits_error="1.7e-02")) == (
-        "❌ loads, wrong output (logits 1.7e-02 from the reference)"
+
+
+def test_a_served_artifact_far_from_the_reference_in_float32_says_how_far(matrix):
+    assert matrix.served_cell(served("legacy", same_output=False, float32_error="3.0e-02")) == (
+        "❌ loads, wrong output (float32: logits 3.0e-02 from the reference; bf16: 1.1e-01, each stack rounding in "
+        "its own order)"
     )
+
+
+def test_a_served_form_whose_logits_differ_from_its_legacy_forms_says_so(matrix):
+    assert matrix.served_cell(served("format2", same_output=False, as_legacy=False)) == (
+        "❌ loads, wrong output (logits differ from the legacy form's; bf16: 1.1e-01, each stack rounding in its "
+        "own order)"
+    )
+
+
+def test_a_served_artifact_that_fails_gives_the_engines_error(matrix):
     assert (
         matrix.served_cell(served("legacy", error="RuntimeError: no kernel")) == "❌ fails: `RuntimeError: no kernel`"
     )
 
 
 def test_the_served_section_shows_every_form_of_both_schemes(matrix):
-    rows = [served(f, s, same_output=False, logits_error="1.1e-01") for s in matrix.SCHEMES for f in matrix.FORMS]
+    rows = [served(f, s) for s in matrix.SCHEMES for f in matrix.FORMS]
     table = [line for line in matrix.served_section(rows) if line.startswith(f"| {ENGINE} |")]
     assert len(table) == len(matrix.FORMS)
-    assert all(line.count("❌ loads, wrong output (logits 1.1e-01 from the reference)") == 2 for line in table)
+    assert all(line.count("✅ same output as the reference (float32: 4.1e-07 from it;") == 2 for line in table)
 
 
 def test_a_vllm_row_with_the_plugin_whose_engine_ran_points_to_the_engines_rows(matrix):
@@ -239,13 +263,12 @@ def test_a_vllm_row_that_says_its_engine_ran_needs_that_engines_rows(matrix):
     with pytest.raises(matrix.ResultsError, match="its engine ran, but no served results"):
         matrix.check_served([row("vllm", LAYERS, "legacy", served=True)])
     matrix.check_served(
-        [row("vllm", LAYERS, "legacy", served=True)]
-        + [served(f, s, same_output=True, logits_error="0.0e+00") for s in matrix.SCHEMES for f in matrix.FORMS]
+        [row("vllm", LAYERS, "legacy", served=True)] + [served(f, s) for s in matrix.SCHEMES for f in matrix.FORMS]
     )
 
 
 def test_served_results_missing_a_form_are_refused(matrix):
-    rows = [served(f, s, same_output=True, logits_error="0.0e+00") for s in matrix.SCHEMES for f in matrix.FORMS]
+    rows = [served(f, s) for s in matrix.SCHEMES for f in matrix.FORMS]
     with pytest.raises(matrix.ResultsError, match="1 of 8 results missing"):
         matrix.check_served(rows[1:])
 
@@ -253,7 +276,7 @@ def test_served_results_missing_a_form_are_refused(matrix):
 def test_the_engines_served_rows_stay_out_of_the_packages_observations(matrix):
     """check and migrate say what a shape changes for each consumer; the engine's rows are with the plugin only
     (without it vLLM has no NVFP4 kernel on the CPU), so they have nothing to say there."""
-    rows = [served(form, same_output=False, logits_error="1.1e-01") for form in matrix.FORMS]
+    rows = [served(form) for form in matrix.FORMS]
     rows += [row("vllm", LAYERS, form, served=True) for form in matrix.FORMS]
     module = matrix.observed_module(rows)
     assert LAYERS in module and ENGINE not in module
