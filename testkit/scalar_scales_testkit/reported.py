@@ -56,7 +56,6 @@ ISSUE_41_THREADS = frozenset(
 """The threads issue 41 itself names: this corpus is made of others."""
 
 MISSED_CLASSES = {
-    "diffusion-checkpoints": "diffusion checkpoints (issue 41, class 2)",
     "contradicting-declarations": "a declaration that contradicts itself or the tensors (issue 41, class 3)",
 }
 """The classes of defect ``check`` does not find yet, by the name a :class:`Miss` gives."""
@@ -433,6 +432,20 @@ REPORTED: tuple[ReportedFailure, ...] = (
         Caught({"NV301": "error"}, f"{_QWEN3_5_EXPERT}.down_proj.input_scale"),
     ),
     ReportedFailure(
+        "sglang-23625-flux2-missing-input-scales",
+        "https://github.com/sgl-project/sglang/pull/23625",
+        "SGLang",
+        "FLUX.2-dev-NVFP4 gave pure-white images: `flux2-dev-nvfp4-mixed.safetensors` omits 16 `input_scale` "
+        "tensors of FP4 `txt_mlp` layers, which the runtime then quantizes with 1.0 where calibration gave about "
+        "146 to 171.",
+        "W4A4 modules without their input scales in a diffusion checkpoint that ships as one file, without a "
+        "config.json to declare W4A4; their `img_mlp` siblings have theirs.",
+        "the `txt_mlp` modules' `input_scale` tensors removed",
+        _flux2_mixed,
+        _remove("double_blocks.0.txt_mlp.0.input_scale", "double_blocks.0.txt_mlp.2.input_scale"),
+        Caught({"NV202": "error"}, "double_blocks.0.txt_mlp.0.input_scale"),
+    ),
+    ReportedFailure(
         "modelopt-1858-router-not-excluded",
         "https://github.com/NVIDIA/Model-Optimizer/pull/1858",
         "ModelOpt",
@@ -457,20 +470,6 @@ REPORTED: tuple[ReportedFailure, ...] = (
         lambda: _with_fp8_kv_cache(_modelopt_moe()),
         _remove("model.layers.0.self_attn.k_proj.k_scale"),
         Miss("contradicting-declarations", "error", None),
-    ),
-    ReportedFailure(
-        "sglang-23625-flux2-missing-input-scales",
-        "https://github.com/sgl-project/sglang/pull/23625",
-        "SGLang",
-        "FLUX.2-dev-NVFP4 gave pure-white images: `flux2-dev-nvfp4-mixed.safetensors` omits 16 `input_scale` "
-        "tensors of FP4 `txt_mlp` layers, which the runtime then quantizes with 1.0 where calibration gave about "
-        "146 to 171.",
-        "W4A4 modules without their input scales in a diffusion checkpoint that ships as one file, without a "
-        "config.json to declare W4A4; their `img_mlp` siblings have theirs.",
-        "the `txt_mlp` modules' `input_scale` tensors removed",
-        _flux2_mixed,
-        _remove("double_blocks.0.txt_mlp.0.input_scale", "double_blocks.0.txt_mlp.2.input_scale"),
-        Miss("diffusion-checkpoints", "error", "double_blocks.0.txt_mlp.0.input_scale"),
     ),
     ReportedFailure(
         "tensorrt-llm-16867-gemma4-k-eq-v",
