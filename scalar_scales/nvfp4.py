@@ -29,6 +29,7 @@ from typing import Literal
 __all__ = [
     "COMPRESSED_TENSORS",
     "COMPRESSED_TENSORS_LAYOUT",
+    "FLOAT32_MAX",
     "FORMAT_VERSION_KEY",
     "FP4_E2M1_MAX",
     "FP8_E4M3_MAX",
@@ -66,6 +67,10 @@ FP4_E2M1_MAX = 6.0
 FP8_E4M3_MAX = 448.0
 SCALE_NUMERATOR = FP4_E2M1_MAX * FP8_E4M3_MAX
 """compressed-tensors stores a global scale as ``(6 * 448) / amax``; ModelOpt stores ``amax / (6 * 448)``."""
+FLOAT32_MAX = 3.4028234663852886e38
+"""float32's largest finite value. A float32 scale below ``1 / FLOAT32_MAX`` (about 2.9387e-39, a subnormal: the
+subnormals below it) has a float32 reciprocal of Inf, as 0 has: engines invert ModelOpt's ``input_scale`` in
+float32."""
 
 
 def is_global_scale(tensor_name: str) -> bool:

@@ -3,8 +3,8 @@ quantizes it, its group size, and whether it needs an input scale.
 
 Without a config (a lone ``.safetensors`` file) nothing is declared: the
 module checks run in the layout whose scales the file holds, with NVFP4's
-default group size, and what needs a declaration (input scales, the config
-rules) is not checked.
+default group size, and what needs a declaration (the config rules) is not
+checked; NV202 tells which modules need an input scale from the tensors.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ class Expectations:
 
     def needs_input_scale(self, module: str) -> bool:
         """Whether every NVFP4 group that quantizes ``module`` quantizes activations (W4A4); False where nothing
-        is declared (no one can tell) or every group is weight-only, without matching the module."""
+        is declared (NV202 asks the tensors then) or every group is weight-only, without matching the module."""
         if not self.declares or not any(group.input_activations for group in self.nvfp4_groups):
             return False
         groups, _ = self.classify(module, "nvfp4")

@@ -63,7 +63,7 @@ def missing_weight_global_scale(checkpoint: CheckpointView) -> Iterator[Found]:
     "error",
     "nan-output",
     summary="a W4A4 module without its input global scale",
-    needs=("nvfp4", "quantization"),
+    needs=("nvfp4",),
     examples=(
         Example(
             "no-input-global-scale",
@@ -78,14 +78,41 @@ def missing_weight_global_scale(checkpoint: CheckpointView) -> Iterator[Found]:
         and the module has no input scale (`input_global_scale`, ModelOpt's
         `input_scale`): vLLM quantizes its activations with an uninitialised
         parameter (vLLM #45212: zeros, then 1/0, then NaN). A module needs the scale
-        only when every NVFP4 group that quantizes it has `input_activations`;
-        without a config this rule is not checked.
+        only when every NVFP4 group that quantizes it has `input_activations`.
+
+        Where nothing declares the quantization (a lone `.safetensors` file,
+        as diffusion checkpoints ship), the tensors tell: a module needs the
+        scale where another NVFP4 module of its block type (the blocks its
+        name numbers: `double_blocks.N`, `model.layers.N`) holds one. A
+        weight-only export writes no input scale, and a W4A4 one writes one
+        for every module it quantizes; a block type with both is a W4A4
+        export that lost some. BFL's FLUX.2-dev-NVFP4 mixed file lacks the
+        input scales of its 16 FP4 `txt_mlp` layers, whose `img_mlp`
+        siblings hold theirs: SGLang's diffusion loader (0.5.23,
+        `fsdp_load`) fills a missing `input_scale` with 1.0, where
+        calibration gave about 146 to 171, and the images came out white
+        (SGLang PR #23625). An NVFP4 module in no numbered block (an
+        `lm_head`, a `proj_out`) is not judged without a config.
         """,
 )
 def missing_input_global_scale(checkpoint: CheckpointView) -> Iterator[Found]:
-    if checkpoint.layout is not None:
-        needs = checkpoint.expectations.needs_input_scale
-        yield from _missing(checkpoint, checkpoint.layout, checkpoint.layout.input_global, needs)
+    layout = checkpoint.layout
+    if layout is None:
+        return
+    if checkpoint.expectations.declares:
+        yield from _missing(checkpoint, layout, layout.input_global, checkpoint.expectations.needs_input_scale)
+        return
+    modules, absent = checkpoint.nvfp4, checkpoint.absent
+    column = modules.members.get(layout.input_global, [])
+    if absent not in column or column.count(absent) == len(column):
+        return  # every module has its input scale, or none has: weight-only, or W4A4 with dynamic scales
+    static = {_block_type(base) for base, at in zip(modules.bases, column, strict=True) if at != absent}
+    static.discard(None)
+
+    def needs(module: str) -> bool:
+        return _block_type(module) in static
+
+    yield from _missing(checkpoint, layout, layout.input_global, needs, lambda base: _undeclared_why(base, layout))
 
 
 @checkpoint_rule(
@@ -115,10 +142,14 @@ def missing_weight_scale(checkpoint: CheckpointView) -> Iterator[Found]:
 
 
 def _missing(
-    checkpoint: CheckpointView, layout: ProducerLayout, leaf: str, needs: Callable[[str], bool] | None = None
+    checkpoint: CheckpointView,
+    layout: ProducerLayout,
+    leaf: str,
+    needs: Callable[[str], bool] | None = None,
+    why_of: Callable[[str], str] | None = None,
 ) -> Iterator[Found]:
     """A finding for each NVFP4 module without its ``leaf`` (of those ``needs`` says need it), naming the file
-    that holds its packed weight."""
+    that holds its packed weight; ``why_of(module)`` says why it needs it, where the config does not."""
     modules, absent = checkpoint.nvfp4, checkpoint.absent
     column = modules.members.get(leaf, [])
     if absent not in column:
@@ -127,7 +158,7 @@ def _missing(
     packed = modules.members[layout.weight]
     for base, at, weight in zip(modules.bases, column, packed, strict=True):
         if at == absent and (needs is None or needs(base)):
-            yield f"{base}.{leaf}", checkpoint.file_of(weight), "missing", why
+            yield f"{base}.{leaf}", checkpoint.file_of(weight), "missing", why if why_of is None else why_of(base)
 
 
 @checkpoint_rule(
@@ -237,6 +268,24 @@ def _scale_shape(packed: tuple[int, ...], group_size: int) -> tuple[int, ...] | 
     if not packed or packed[-1] * 2 % group_size:
         return None
     return (*packed[:-1], packed[-1] * 2 // group_size)
+
+
+def _block_type(module: str) -> str | None:
+    """The blocks a module's name numbers, the number as ``*`` (``double_blocks.*`` for
+    ``double_blocks.0.txt_mlp.0``); None for a module in no numbered block."""
+    parts = module.split(".")
+    for i, part in enumerate(parts):
+        if part.isdigit():
+            return ".".join([*parts[:i], "*"]) if i else None
+    return None
+
+
+def _undeclared_why(module: str, layout: ProducerLayout) -> str:
+    return (
+        f"nothing declares the quantization, and other NVFP4 modules of {_block_type(module)} hold their "
+        f"{layout.input_global} (W4A4 with static input scales): a reader that serves it W4A4 quantizes its "
+        "activations with a default (SGLang's diffusion loader fills a missing input_scale with 1.0; SGLang PR #23625)"
+    )
 
 
 def _missing_why(leaf: str, layout: ProducerLayout) -> str:

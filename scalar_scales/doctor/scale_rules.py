@@ -27,6 +27,7 @@ from scalar_scales.doctor.rules import Command, Found, checkpoint_rule, shard_ru
 from scalar_scales.doctor.view import CheckpointView, ShardView
 from scalar_scales.nvfp4 import (
     COMPRESSED_TENSORS,
+    FLOAT32_MAX,
     FORMAT_VERSION_KEY,
     LAYOUTS,
     MODELOPT,
@@ -38,6 +39,7 @@ from scalar_scales.nvfp4 import (
 __all__ = [
     "CROSS_ATTENTION",
     "FUSED_PARTNERS",
+    "RECIPROCAL_FLOOR",
     "fused_scales_differ",
     "invalid_scale_value",
     "legacy_scale_shape",
@@ -73,6 +75,9 @@ _QUERY = "to_q"
 
 _INPUT_BOUND = {layout.producer: layout.other_convention_bound(layout.input_global) for layout in LAYOUTS.values()}
 """Past what value an input scale is the other convention's, in each layout (NV302's explanation gives them)."""
+RECIPROCAL_FLOOR = 1.0 / FLOAT32_MAX
+"""Where a float32 scale's float32 reciprocal turns Inf: below it (a subnormal, as a dead expert's ModelOpt
+``input_scale`` of 1e-40, vLLM PR 42601) ``1 / value`` is Inf, above it finite; no float32 value lies on it."""
 _PARTNERS_OF = {member: group for group in FUSED_PARTNERS for member in group}
 _LEGACY = (1,)
 _EXPERT = re.compile(r"\.experts\.\d+$")
@@ -220,7 +225,7 @@ def _declares_scalar(checkpoint: CheckpointView) -> bool:
     "invalid-scale-value",
     "error",
     "nan-output",
-    summary="a per-tensor scale that is zero, negative, NaN or Inf",
+    summary="a per-tensor scale that is zero, negative, NaN or Inf, or an input scale whose float32 reciprocal is Inf",
     elsewhere={MODELOPT: "wrong-output"},
     examples=(
         Example(
@@ -240,6 +245,15 @@ def _declares_scalar(checkpoint: CheckpointView) -> bool:
         give NaN in compressed-tensors' layout, and other tokens in NVIDIA's
         ModelOpt export (an `input_scale` of 0).
 
+        A ModelOpt `input_scale` too small for its float32 reciprocal to be
+        finite (below 1 / 3.4028e38 ≈ 2.9387e-39, a float32 subnormal) is
+        an error too: engines quantize activations with `1 / input_scale`
+        in float32 (vLLM's `make_nvfp4_moe_quant_config` for each expert,
+        `input_global_scale_inv` for a linear layer), which is Inf, as for an
+        `input_scale` of 0. txn545's Qwen3.5-122B-A10B-NVFP4 has such
+        scales for dead experts (1e-40 and the like, vLLM PR 42601), and its
+        batches turn NaN. A compressed-tensors divisor that small is NV302's.
+
         Where the config declares a quantized KV cache (`kv_cache_scheme`,
         `kv_cache_quant_algo`), the values of its `k_scale` and `v_scale` are
         judged too, in either shape and either layout's names. vLLM's KV-cache
@@ -256,6 +270,8 @@ def _declares_scalar(checkpoint: CheckpointView) -> bool:
 def invalid_scale_value(shard: ShardView) -> Iterator[Found]:
     layout = shard.layout
     yield from _invalid(shard.names, shard.values, shard.file, lambda name, v: _invalid_value_message(v, name, layout))
+    if layout is not None and not layout.divisor:
+        yield from _reciprocal_overflows(shard, layout.input_global)
     yield from _invalid(shard.kv_names, shard.kv_values, shard.file, _invalid_kv_message)
 
 
@@ -269,6 +285,19 @@ def _invalid(
     for name, value in zip(names, values, strict=True):
         if value is not None and not 0.0 < value < math.inf:
             yield (name, file, *message(name, value))
+
+
+def _reciprocal_overflows(shard: ShardView, leaf: str) -> Iterator[Found]:
+    """The ``leaf`` scales (ModelOpt's input scales, which engines invert) above 0 and below
+    :data:`RECIPROCAL_FLOOR`."""
+    at = shard.ending_with(f".{leaf}")
+    values = list(map(shard.values.__getitem__, at))
+    numbers = _numbers(values)
+    if numbers is not None and (not numbers or min(numbers) >= RECIPROCAL_FLOOR):
+        return  # as nearly every checkpoint: decided at C speed
+    for i, value in zip(at, values, strict=True):
+        if value is not None and 0.0 < value < RECIPROCAL_FLOOR:
+            yield (shard.names[i], shard.file, *_overflow_message(value))
 
 
 @shard_rule(
@@ -451,6 +480,13 @@ def _invalid_value_message(value: float, name: str, layout: ProducerLayout | Non
         shown = "Inf" if value > 0 else "-Inf"
         return f"is {shown}", f"vLLM {uses}" + (", which zeroes what it scales" if divides else f", which is {shown}")
     return f"is negative ({value!r})", f"vLLM {uses} and flips the sign of what this scale scales"
+
+
+def _overflow_message(value: float) -> tuple[str, str]:
+    return f"is {value:.6g}, whose float32 reciprocal is Inf (it is below 1 / {FLOAT32_MAX:.6g})", (
+        "where vLLM keeps it (a linear layer, or an expert where the MoE backend keeps each expert's own), it "
+        "quantizes the module's activations with 1 / input_scale in float32, which is Inf, as for an input scale of 0"
+    )
 
 
 def _invalid_kv_message(name: str, value: float) -> tuple[str, str]:

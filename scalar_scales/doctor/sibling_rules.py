@@ -20,6 +20,7 @@ from typing import NamedTuple, cast
 
 from scalar_scales.doctor.examples import Example, ScaleAmax, SetValue
 from scalar_scales.doctor.rules import Found, checkpoint_rule
+from scalar_scales.doctor.scale_rules import RECIPROCAL_FLOOR
 from scalar_scales.doctor.view import CheckpointView
 from scalar_scales.nvfp4 import COMPRESSED_TENSORS, SCALE_NUMERATOR, ProducerLayout
 
@@ -151,8 +152,9 @@ def placeholder_scale(checkpoint: CheckpointView) -> Iterator[Found]:
         their weight scales reach 8.7. A value 1000 times from its siblings'
         median is a calibration that saw almost nothing (an expert routed a
         token or two) or a placeholder: compressed-tensors' 1.0 is NV304's,
-        and a value in the other producer's convention NV302's, and neither
-        is reported here.
+        a value in the other producer's convention NV302's, and a ModelOpt
+        input scale whose float32 reciprocal is Inf NV301's, and none is
+        reported here.
 
         What it does depends on the path. Where vLLM gives every expert of a
         layer one input scale (0.32's FlashInfer backends and its emulation
@@ -179,6 +181,8 @@ def outlier_scale(checkpoint: CheckpointView) -> Iterator[Found]:
             values = group.values
             skipped = set(_split_placeholders(values)[0]) if placeholders_apply and PLACEHOLDER in values else set()
             skipped.update(k for k, value in enumerate(values) if (value < convention if below else value > convention))
+            if leaf == layout.input_global and not layout.divisor:
+                skipped.update(k for k, value in enumerate(values) if value < RECIPROCAL_FLOOR)  # NV301's
             logs = list(map(math.log10, values))
             median = _median(logs)
             spread = _median(list(map(abs, map(operator.sub, logs, repeat(median)))))

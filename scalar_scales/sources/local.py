@@ -84,13 +84,30 @@ class Checkpoint:
         if self.file is not None:
             return (self.file,), None
         root = self.root
-        names, weight_map = shard_names(
-            lambda name: _kind(root / name) != "missing",
-            lambda name: read_json_object(_regular(root / name)),
-            root,
-            lambda n: str(root / n),
-        )
+        try:
+            names, weight_map = shard_names(
+                lambda name: _kind(root / name) != "missing",
+                lambda name: read_json_object(_regular(root / name)),
+                root,
+                lambda n: str(root / n),
+            )
+        except CheckpointError as error:
+            raise _naming_its_lone_file(root, error) from None
         return tuple(_regular(root / name) for name in names), weight_map
+
+
+def _naming_its_lone_file(root: Path, error: CheckpointError) -> CheckpointError:
+    """``error``, a folder refused for holding no shard by the names libraries save, and where the folder holds no
+    config.json and one ``.safetensors`` file by another name (a lone file, as FLUX.2-dev-NVFP4's
+    ``flux2-dev-nvfp4-mixed.safetensors``), the path that reads that file alone."""
+    if error.path != str(root) or _kind(root / CONFIG_NAME) != "missing":
+        return error
+    files = sorted(root.glob("*.safetensors"))
+    if len(files) != 1:
+        return error
+    return CheckpointError(
+        root, f"{error.problem}; its one .safetensors file is read alone where named: {path_argument(files[0])}"
+    )
 
 
 def resolve_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:

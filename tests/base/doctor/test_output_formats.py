@@ -247,7 +247,8 @@ def test_errors_are_reported_before_warnings_whatever_their_codes(broken):
     assert groups == ["NV301", "NV101"]
     assert lines[-1] == "Found 49 findings: 1 error, 48 warnings (NV301 1, NV101 48)."
     nan = lines.index(
-        "NV301 invalid-scale-value (error): 1 finding: a per-tensor scale that is zero, negative, NaN or Inf"
+        "NV301 invalid-scale-value (error): 1 finding: a per-tensor scale that is zero, negative, NaN or Inf, or an "
+        "input scale whose float32 reciprocal is Inf"
     )
     assert lines[nan + 1].startswith("  vLLM computes with 1/scale, which is NaN")
     assert lines[nan + 2] == f"    model-00001-of-00003.safetensors: {name}  is NaN"

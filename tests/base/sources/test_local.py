@@ -68,3 +68,34 @@ def test_a_weight_map_entry_that_is_not_a_file_name_is_refused_naming_its_tensor
             "which is not a .safetensors file in this folder\n",
         )
     assert snapshot(checkpoint) == before
+
+
+def _folder_of_one_file(tmp_path, config: bool):
+    """A folder holding one lone file under a name no library saves (FLUX.2-dev-NVFP4's), and config.json or not."""
+    checkpoint = make_checkpoint(tmp_path / "ckpt", shards=1)
+    folder = tmp_path / "flux2"
+    folder.mkdir()
+    (shard,) = checkpoint.glob("*.safetensors")
+    shard.rename(folder / "flux2-dev-nvfp4-mixed.safetensors")
+    if config:
+        (checkpoint / "config.json").rename(folder / "config.json")
+    return folder
+
+
+def test_a_folder_whose_one_lone_file_has_another_name_is_refused_naming_the_path_that_reads_it(tmp_path):
+    folder = _folder_of_one_file(tmp_path, config=False)
+    for command in ("check", "migrate"):
+        result = run_cli_in_process(command, folder)
+        assert (result.returncode, result.stdout, result.stderr.count("\n")) == (2, "", 1)
+        assert result.stderr.endswith(
+            f"; its one .safetensors file is read alone where named: {folder / 'flux2-dev-nvfp4-mixed.safetensors'}\n"
+        )
+    assert run_cli_in_process("check", folder / "flux2-dev-nvfp4-mixed.safetensors").returncode in (0, 1)
+
+
+def test_a_folder_with_config_json_and_a_file_of_another_name_names_no_file(tmp_path):
+    """Named alone, that file would be refused as a shard of the folder's checkpoint."""
+    folder = _folder_of_one_file(tmp_path, config=True)
+    result = run_cli_in_process("check", folder)
+    assert result.returncode == 2
+    assert "read alone" not in result.stderr
