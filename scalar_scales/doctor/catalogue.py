@@ -55,6 +55,8 @@ RULES: dict[str, Rule] = _by_code(
     config_rules.nvfp4_undeclared,
     config_rules.algorithm_contradicts_groups,
     config_rules.nvfp4_group_size,
+    config_rules.kv_scale_unpaired,
+    config_rules.router_not_excluded,
 )
 """Every rule, by code. The effects are the ones docs/check-evidence.md records; tests/base/doctor/test_evidence.py
 fails where they differ."""

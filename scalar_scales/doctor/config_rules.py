@@ -10,7 +10,10 @@ an input scale stored for a weight-only compressed-tensors group (NV604;
 vLLM's ModelOpt weight-only methods register one and drop it). The
 KV-cache scales (NV605, NV606) and NVFP4 modules a config does not declare
 (NV607) are judged on the whole checkpoint, and so is a declaration whose
-fields contradict each other where the engines branch on them (NV608, NV609).
+fields contradict each other where the engines branch on them (NV608, NV609),
+an attention layer that holds one of the two KV-cache scales the declaration
+asks for (NV610), and a ModelOpt declaration that quantizes a router its
+shards hold unquantized (NV611).
 """
 
 from __future__ import annotations
@@ -26,10 +29,11 @@ from scalar_scales.doctor.examples import (
     IgnoreLayer,
     RemoveEvery,
     TargetOnlyLayer,
+    Unexclude,
     Unquantize,
     WeightOnly,
 )
-from scalar_scales.doctor.matching import Kind, Verdict
+from scalar_scales.doctor.matching import ROUTER_NAMES, Kind, Verdict
 from scalar_scales.doctor.module_rules import weight_scale_shape
 from scalar_scales.doctor.rules import Found, checkpoint_rule
 from scalar_scales.doctor.view import CheckpointView
@@ -39,12 +43,14 @@ from scalar_scales.nvfp4 import COMPRESSED_TENSORS, GROUP_SIZE, MODELOPT
 __all__ = [
     "algorithm_contradicts_groups",
     "input_scale_for_weight_only",
+    "kv_scale_unpaired",
     "kv_scales_missing",
     "kv_scales_undeclared",
     "nvfp4_group_size",
     "nvfp4_undeclared",
     "quantized_but_ignored",
     "quantized_but_not_targeted",
+    "router_not_excluded",
     "targeted_but_not_nvfp4",
 ]
 
@@ -472,4 +478,159 @@ def nvfp4_group_size(checkpoint: CheckpointView) -> Iterator[Found]:
                 "vLLM refuses the group's experts (compressed-tensors: no NVFP4 scheme) or sizes their block scales "
                 "for the declared size, into which NVFP4's blocks of 16 do not load (observed: the engine does not "
                 "start)",
+            )
+
+
+_ONE_SCALE = {
+    "v_scale": (
+        "vLLM 0.23, 0.32 and 0.33 and SGLang 0.5.23 assert k_scale > 0 after loading, and an unloaded k_scale is -1.0 "
+        "(BaseKVCacheMethod.process_weights_after_loading; vLLM #46264: the engine does not start)"
+    ),
+    "k_scale": (
+        "vLLM 0.23, 0.32 and 0.33 and SGLang 0.5.23 take the larger of the two, the k_scale, for the values too "
+        "(BaseKVCacheMethod.process_weights_after_loading, read): the values are quantized with the keys' range"
+    ),
+}
+"""What the engines do with an attention layer holding only the KV-cache scale named."""
+
+
+def _attention_of(module: str, projection: str) -> str:
+    """The attention module a KV-cache scale belongs to: compressed-tensors writes ``self_attn.k_scale``,
+    ModelOpt ``self_attn.k_proj.k_scale``."""
+    return module.removesuffix(f".{projection}")
+
+
+@checkpoint_rule(
+    "NV610",
+    "kv-scale-unpaired",
+    "error",
+    "load-error",
+    summary="an attention layer with one of its two KV-cache scales",
+    fix="store both k_scale and v_scale for every attention layer (or neither), as the quantizer calibrated them",
+    needs=("nvfp4", "quantization"),
+    examples=(
+        Example(
+            "kv-v-scale-only",
+            "an FP8 KV cache declared, and the first layer's attention holding a v_scale without its k_scale, as the "
+            "checkpoint of vLLM #46264 does",
+            (
+                DeclareKVCache(),
+                AddScales((_KV_SCALES[1],), 1.0, beside="model.layers.0.mlp.experts.0.gate_proj.{weight}"),
+            ),
+            names=_KV_SCALES[1],
+        ),
+    ),
+    explanation="""
+        The config declares a quantized KV cache (`kv_cache_scheme`,
+        ModelOpt's `kv_cache_quant_algo`) and an attention layer holds one of
+        its two scales, `k_scale` or `v_scale`, without the other (NV605
+        is the case where no layer holds either). vLLM 0.23, 0.32 and 0.33
+        and SGLang 0.5.23 start each scale at -1.0 and resolve the pair in
+        `BaseKVCacheMethod.process_weights_after_loading`:
+
+        - a `v_scale` without its `k_scale`: `assert layer.k_scale > 0.0`
+          fails, and the engine does not start (vLLM #46264);
+        - a `k_scale` without its `v_scale`: the larger of the two, the
+          `k_scale`, is taken for both, and the values are quantized with the
+          keys' range (read, not observed).
+
+        The finding names the scale the layer holds.
+        """,
+)
+def kv_scale_unpaired(checkpoint: CheckpointView) -> Iterator[Found]:
+    declared = checkpoint.expectations.declared
+    if declared is None or not declared.kv_cache or not checkpoint.kv_scales:
+        return
+    held = {
+        leaf: {_attention_of(module, projection): i for module, i in checkpoint.ending_in(leaf).items()}
+        for leaf, projection in (("k_scale", "k_proj"), ("v_scale", "v_proj"))
+    }
+    for leaf, other in (("k_scale", "v_scale"), ("v_scale", "k_scale")):
+        for attention, i in held[leaf].items():
+            if attention not in held[other]:
+                yield (
+                    checkpoint.names[i],
+                    checkpoint.file_of(i),
+                    f"the config declares a quantized KV cache, and {attention} has its {leaf} but no {other}",
+                    _ONE_SCALE[leaf],
+                )
+
+
+_QUANTIZED_ROUTERS = {
+    "Qwen3MoeForCausalLM": "vLLM 0.23, 0.32 and 0.33",
+    "Qwen3VLMoeForConditionalGeneration": "vLLM 0.23, 0.32 and 0.33",
+    "Lfm2MoeForCausalLM": "vLLM 0.23, 0.32 and 0.33",
+    "ArcticForCausalLM": "vLLM 0.23",
+    "K2HorizonForCausalLM": "vLLM 0.32 and 0.33",
+}
+"""The architectures whose MoE router vLLM builds with the checkpoint's quantization config, and the versions that
+do (read: the model's ``self.gate = ReplicatedLinear(...)``/``GateLinear(...)`` given ``quant_config``; Qwen3-VL-MoE
+builds Qwen3-MoE's block). The others build their router unquantized whatever the declaration says, as SGLang
+0.5.23 builds Qwen3-MoE's (``Qwen3MoeSparseMoeBlock``: a quantization config for ModelSlim's alone)."""
+
+
+@checkpoint_rule(
+    "NV611",
+    "router-not-excluded",
+    "error",
+    "load-error",
+    summary="an unquantized MoE router that a ModelOpt declaration quantizes",
+    fix=(
+        "list the router in the declaration's exclusions (hf_quant_config.json's exclude_modules and config.json's "
+        "ignore: `model.layers.*.mlp.gate`), as ModelOpt writes them since its PR #1858"
+    ),
+    needs=("nvfp4", "quantization"),
+    producers=frozenset({MODELOPT}),
+    examples=(
+        Example(
+            "router-not-excluded",
+            "the MoE routers (`mlp.gate`, BF16) dropped from the exclusions of an NVFP4 declaration, as ModelOpt "
+            "exported Qwen3-MoE under transformers 5 (ModelOpt PR #1858)",
+            (Unexclude(".mlp.gate"),),
+            names="model.layers.1.mlp.gate.weight",
+        ),
+    ),
+    explanation="""
+        A ModelOpt declaration of one algorithm (`quant_algo: NVFP4`)
+        quantizes every linear module its exclusions (`exclude_modules`,
+        config.json's `ignore`) do not name, and the shards hold a MoE
+        router (`mlp.gate`, `router`) unquantized that they do not name.
+        ModelOpt's exporter lists the modules it left unquantized, and a
+        router that is not an `nn.Linear` (transformers 5's `TopKRouter`) is
+        left out of the list (ModelOpt PR #1858). The engines that build the
+        router with the quantization config build it as packed FP4 and refuse
+        its weight: `Tried to load weights of size [128, 2048] to a parameter
+        of size [128, 1024]`. Those are vLLM's Qwen3-MoE, Qwen3-VL-MoE and
+        LFM2-MoE (0.23, 0.32 and 0.33), Arctic (0.23) and K2-Horizon (0.32,
+        0.33), read in each model's MoE block; other architectures, and
+        SGLang 0.5.23's Qwen3-MoE, build the router unquantized, and the rule
+        is applied to the architectures that do not.
+        """,
+)
+def router_not_excluded(checkpoint: CheckpointView) -> Iterator[Found]:
+    config = checkpoint.scan.config or {}
+    architectures = config.get("architectures")
+    named = architectures if isinstance(architectures, list) else []
+    architecture = next((a for a in named if isinstance(a, str) and a in _QUANTIZED_ROUTERS), None)
+    declared = checkpoint.expectations.declared
+    if architecture is None or declared is None:
+        return
+    weights = checkpoint.ending_in("weight")
+    packed = set(checkpoint.nvfp4.bases)
+    extra = checkpoint.ending_in("e_score_correction_bias")
+    for module, i in weights.items():
+        if module.rpartition(".")[2] not in ROUTER_NAMES or module in packed or module in extra:
+            continue
+        if len(checkpoint.shapes[i]) != 2 or checkpoint.dtypes[i] not in ("BF16", "F16", "F32"):
+            continue
+        groups, excluded = checkpoint.expectations.classify(module, "linear")
+        if groups and not excluded:
+            yield (
+                checkpoint.names[i],
+                checkpoint.file_of(i),
+                f"the router is stored unquantized ({checkpoint.dtypes[i]}), but quant_algo {declared.format_name} "
+                f"quantizes it: the config's {declared.ignore_key} does not name it",
+                f"{_QUANTIZED_ROUTERS[architecture]} build {architecture}'s router as packed FP4 and refuse its weight "
+                "(ModelOpt PR #1858: `Tried to load weights of size [128, 2048] to a parameter of size [128, 1024]`; "
+                "read); SGLang 0.5.23 builds it unquantized (read)",
             )

@@ -43,6 +43,7 @@ __all__ = [
     "SetValue",
     "TargetOnlyLayer",
     "Undeclare",
+    "Unexclude",
     "Unquantize",
     "WeightOnly",
 ]
@@ -175,6 +176,13 @@ class DeclareGroupSize(NamedTuple):
     size: int
 
 
+class Unexclude(NamedTuple):
+    """The declaration's exclusions (``ignore``, ``exclude_modules``) no longer name the modules whose name ends
+    with ``suffix``, in either file a ModelOpt export declares them in; the modules stay as they are stored."""
+
+    suffix: str
+
+
 class Unquantize(NamedTuple):
     """Store the first of ``modules`` the checkpoint holds as NVFP4 as an unquantized BF16 ``weight`` instead,
     its NVFP4 tensors gone, as a quantizer that skipped it writes it; the finding names that ``weight``."""
@@ -203,6 +211,7 @@ Edit = (
     | WeightOnly
     | DeclareKVCache
     | DeclareGroupSize
+    | Unexclude
     | Unquantize
 )
 """Each way an example changes a clean checkpoint, in the test kit's terms."""

@@ -47,6 +47,7 @@ from scalar_scales.doctor.examples import (
     SetValue,
     TargetOnlyLayer,
     Undeclare,
+    Unexclude,
     Unquantize,
     WeightOnly,
 )
@@ -352,9 +353,26 @@ def _apply(edit: Edit, checkpoint: Path, layout: ProducerLayout, fields: dict[st
                 _edit_declaration(checkpoint, lambda q: q.update(kv_cache_quant_algo="FP8"))
         case DeclareGroupSize(size):
             _edit_declaration(checkpoint, partial(_declare_group_size, layout, size))
+        case Unexclude(suffix):
+            _unexclude(checkpoint, suffix)
         case _:
             assert_never(edit)
     return None
+
+
+def _unexclude(checkpoint: Path, suffix: str) -> None:
+    """Drop the exclusions that name a module ending with ``suffix`` (a wildcard's, or a ``re:``'s, text as
+    written), from config.json's ``ignore`` and hf_quant_config.json's ``exclude_modules`` alike."""
+    for path, section, key in (
+        (checkpoint / CONFIG_NAME, "quantization_config", "ignore"),
+        (checkpoint / MODELOPT_CONFIG_NAME, "quantization", "exclude_modules"),
+    ):
+        if path.exists():
+            config = json.loads(path.read_text())
+            declared = config.get(section)
+            if isinstance(declared, dict) and isinstance(declared.get(key), list):
+                declared[key] = [entry for entry in declared[key] if not entry.endswith(suffix)]
+                path.write_text(json.dumps(config, indent=2))
 
 
 def _declare_group_size(layout: ProducerLayout, size: int, declaration: dict[str, Any]) -> None:
@@ -486,6 +504,7 @@ _DECLARATION_EDITS = (
     WeightOnly,
     DeclareKVCache,
     DeclareGroupSize,
+    Unexclude,
 )
 
 

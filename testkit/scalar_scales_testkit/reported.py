@@ -442,7 +442,7 @@ REPORTED: tuple[ReportedFailure, ...] = (
         "the router dropped from `exclude_modules`",
         _modelopt_moe,
         _router_not_excluded,
-        Miss("contradicting-declarations", "error", "model.layers.0.mlp.gate.weight"),
+        Caught({"NV611": "error"}, "model.layers.0.mlp.gate.weight"),
     ),
     ReportedFailure(
         "vllm-46264-fp8-kv-cache-v-scale-only",
@@ -455,7 +455,7 @@ REPORTED: tuple[ReportedFailure, ...] = (
         "an NVFP4 checkpoint with `kv_cache_quant_algo: FP8` whose `k_proj.k_scale` is removed, `v_proj.v_scale` kept",
         lambda: _with_fp8_kv_cache(_modelopt_moe()),
         _remove("model.layers.0.self_attn.k_proj.k_scale"),
-        Miss("contradicting-declarations", "error", None),
+        Caught({"NV610": "error"}, "model.layers.0.self_attn.v_proj.v_scale"),
     ),
     ReportedFailure(
         "sglang-23625-flux2-missing-input-scales",

@@ -225,3 +225,28 @@ def test_an_uncalibrated_expert_in_an_export_has_the_effect_the_engine_showed_ot
 def test_the_rule_reference_gives_the_effect_seen_on_modelopt_checkpoints_where_it_differs():
     reference = run_cli_in_process("rule", "NV301").stdout
     assert "\nEffect on modelopt checkpoints: `wrong-output` (vLLM starts and generates other tokens" in reference
+
+
+def test_nv611_names_the_router_and_the_exclusions_that_leave_it_quantized(tmp_path):
+    checkpoint = copy_of_export(tmp_path / "export")
+    MODELOPT_CORPUS["router-not-excluded"].make(checkpoint, MODELOPT_LAYOUT)
+    findings = checked(checkpoint)["findings"]
+    assert [(f["code"], f["tensor"]) for f in findings] == [
+        ("NV611", f"model.layers.{layer}.mlp.gate.weight") for layer in (0, 1)
+    ]
+    assert findings[0]["detail"] == (
+        "the router is stored unquantized (BF16), but quant_algo NVFP4 quantizes it: the config's ignore does not "
+        "name it"
+    )
+    assert findings[0]["why"].startswith(
+        "vLLM 0.23, 0.32 and 0.33 build Qwen3MoeForCausalLM's router as packed FP4 and refuse its weight"
+    )
+
+
+def test_nv611_is_not_found_for_an_architecture_whose_engines_build_the_router_unquantized(tmp_path):
+    """vLLM's Mixtral builds its router with no quantization config whatever the declaration says."""
+    checkpoint = copy_of_export(tmp_path / "export")
+    MODELOPT_CORPUS["router-not-excluded"].make(checkpoint, MODELOPT_LAYOUT)
+    config = json.loads((checkpoint / "config.json").read_text())
+    (checkpoint / "config.json").write_text(json.dumps({**config, "architectures": ["MixtralForCausalLM"]}))
+    assert checked(checkpoint)["findings"] == []
