@@ -57,6 +57,7 @@ RULES: dict[str, Rule] = _by_code(
     config_rules.nvfp4_group_size,
     config_rules.kv_scale_unpaired,
     config_rules.router_not_excluded,
+    config_rules.declaration_files_disagree,
 )
 """Every rule, by code. The effects are the ones docs/check-evidence.md records; tests/base/doctor/test_evidence.py
 fails where they differ."""

@@ -13,15 +13,18 @@ KV-cache scales (NV605, NV606) and NVFP4 modules a config does not declare
 fields contradict each other where the engines branch on them (NV608, NV609),
 an attention layer that holds one of the two KV-cache scales the declaration
 asks for (NV610), and a ModelOpt declaration that quantizes a router its
-shards hold unquantized (NV611).
+shards hold unquantized (NV611). A ModelOpt export declares its
+quantization twice, and the two files' disagreeing is NV612.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from scalar_scales.doctor.examples import (
     AddScales,
+    DeclareElsewhere,
     DeclareGroupSize,
     DeclareKVCache,
     DropDeclaration,
@@ -42,6 +45,7 @@ from scalar_scales.nvfp4 import COMPRESSED_TENSORS, GROUP_SIZE, MODELOPT
 
 __all__ = [
     "algorithm_contradicts_groups",
+    "declaration_files_disagree",
     "input_scale_for_weight_only",
     "kv_scale_unpaired",
     "kv_scales_missing",
@@ -633,4 +637,118 @@ def router_not_excluded(checkpoint: CheckpointView) -> Iterator[Found]:
                 f"{_QUANTIZED_ROUTERS[architecture]} build {architecture}'s router as packed FP4 and refuse its weight "
                 "(ModelOpt PR #1858: `Tried to load weights of size [128, 2048] to a parameter of size [128, 1024]`; "
                 "read); SGLang 0.5.23 builds it unquantized (read)",
+            )
+
+
+def _kv_algorithm(quantization: Mapping[str, Any]) -> str | None:
+    """The KV-cache algorithm a ModelOpt declaration names: ``kv_cache_quant_algo``, or config.json's
+    ``kv_cache_scheme`` (FP8 where it says 8-bit floats, as vLLM's ``ModelOptQuantConfigBase.from_config`` reads
+    it)."""
+    algo = quantization.get("kv_cache_quant_algo")
+    if isinstance(algo, str) and algo:
+        return algo.upper()
+    scheme = quantization.get("kv_cache_scheme")
+    if isinstance(scheme, Mapping):
+        return "FP8" if (scheme.get("type"), scheme.get("num_bits")) == ("float", 8) else "a kv_cache_scheme"
+    return None
+
+
+def _layers(quantization: Mapping[str, Any]) -> dict[str, str] | None:
+    layers = quantization.get("quantized_layers")
+    if not isinstance(layers, Mapping):
+        return None
+    return {
+        str(module): str(recipe.get("quant_algo")).upper() if isinstance(recipe, Mapping) else str(recipe)
+        for module, recipe in layers.items()
+    }
+
+
+def _exclusions(quantization: Mapping[str, Any], key: str) -> frozenset[str]:
+    value = quantization.get(key)
+    return frozenset(e for e in value if isinstance(e, str)) if isinstance(value, list) else frozenset()
+
+
+def _said(value: object) -> str:
+    if value is None:
+        return "nothing"
+    if isinstance(value, frozenset):
+        return "[" + ", ".join(sorted(value)) + "]" if value else "[]"
+    if isinstance(value, dict):
+        return ", ".join(f"{module}: {algo}" for module, algo in sorted(value.items())) or "no layer"
+    return str(value)
+
+
+@checkpoint_rule(
+    "NV612",
+    "declaration-files-disagree",
+    "warning",
+    "none",
+    summary="config.json and hf_quant_config.json declaring a ModelOpt quantization differently",
+    fix=(
+        "make the two files say the same: the one that matches the shards (its quant_algo, kv_cache_quant_algo, "
+        "exclusions, group_size and quantized_layers) copied into the other, as ModelOpt's exporter writes both"
+    ),
+    needs=("nvfp4", "quantization"),
+    producers=frozenset({MODELOPT}),
+    examples=(
+        Example(
+            "declaration-files-disagree",
+            "hf_quant_config.json declaring the weight-only W4A16_NVFP4 over the W4A4 export that config.json "
+            "declares NVFP4, as a hand edit of one file leaves it",
+            (DeclareElsewhere("quant_algo", "W4A16_NVFP4"),),
+        ),
+    ),
+    explanation="""
+        ModelOpt's exporter declares its quantization twice: config.json's
+        `quantization_config` (`quant_method: modelopt`) and
+        hf_quant_config.json's `quantization`. Where the two say different
+        things in a field the engines branch on (`quant_algo`, the KV-cache
+        algorithm, the exclusions, `group_size`, MIXED_PRECISION's
+        `quantized_layers`), the checkpoint is two checkpoints, and which one
+        is served depends on which file a consumer reads:
+
+        - vLLM 0.23, 0.32 and 0.33 read config.json's `quantization_config`
+          (`get_quant_config`), and hf_quant_config.json only without one, or
+          where a MIXED_PRECISION config.json has no `quantized_layers`;
+        - SGLang 0.5.23 reads config.json's too (`get_quant_config`, through
+          `resolve_checkpoint_quant_spec`), and hf_quant_config.json where
+          a MIXED_PRECISION config.json lacks `quantized_layers` or its
+          KV-cache algorithm, and first of all for its `quark_mxfp4`
+          requantization (read).
+
+        The finding names the field and what each file says of it; the rules
+        that judge the shards against the declaration judge them against the
+        file vLLM reads.
+        """,
+)
+def declaration_files_disagree(checkpoint: CheckpointView) -> Iterator[Found]:
+    config, file = checkpoint.scan.config, checkpoint.scan.opened.modelopt_config
+    served = (config or {}).get("quantization_config")
+    other = (file or {}).get("quantization")
+    if not isinstance(served, Mapping) or served.get("quant_method") != MODELOPT or not isinstance(other, Mapping):
+        return
+    location = checkpoint.scan.opened.location
+    config_name, file_name = str(location.config or "config.json"), str(location.modelopt_config)
+    fields: tuple[tuple[str, object, object], ...] = (
+        ("quant_algo", str(served.get("quant_algo")).upper(), str(other.get("quant_algo")).upper()),
+        ("the KV-cache algorithm", _kv_algorithm(served), _kv_algorithm(other)),
+        ("the exclusions", _exclusions(served, "ignore"), _exclusions(other, "exclude_modules")),
+        ("group_size", served.get("group_size"), other.get("group_size")),
+        ("quantized_layers", _layers(served), _layers(other)),
+    )
+    for name, says, said in fields:
+        if name in ("group_size", "quantized_layers") and (says is None or said is None):
+            continue  # stated in one file alone: the other's reading takes the same default or file
+        if isinstance(says, dict) and isinstance(said, dict):
+            differ = {module for module in says.keys() | said.keys() if says.get(module) != said.get(module)}
+            says, said = ({m: a for m, a in layers.items() if m in differ} for layers in (says, said))
+        if says != said:
+            yield (
+                None,
+                config_name,
+                f"{name}: config.json's quantization_config says {_said(says)}, {file_name.rpartition('/')[2]} "
+                f"says {_said(said)}",
+                "vLLM 0.23, 0.32 and 0.33 and SGLang 0.5.23 serve config.json's (get_quant_config, read); a consumer "
+                "that reads hf_quant_config.json first (SGLang's quark_mxfp4 requantization, read) serves the "
+                "other's",
             )

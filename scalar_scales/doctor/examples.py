@@ -24,6 +24,7 @@ from typing import NamedTuple
 __all__ = [
     "AddScales",
     "Declare",
+    "DeclareElsewhere",
     "DeclareGroupSize",
     "DeclareKVCache",
     "DropDeclaration",
@@ -136,6 +137,15 @@ class Declare(NamedTuple):
     value: object
 
 
+class DeclareElsewhere(NamedTuple):
+    """Set ``key`` of hf_quant_config.json's ``quantization``, where config.json's ``quantization_config`` is the
+    declaration a server reads, to the JSON value ``value``: the two files a ModelOpt export declares in disagree.
+    Every other declaration edit changes both files alike."""
+
+    key: str
+    value: object
+
+
 class Undeclare(NamedTuple):
     """Remove ``key`` from the quantization declaration a server reads."""
 
@@ -204,6 +214,7 @@ Edit = (
     | IndexDrops
     | LegacyShapes
     | Declare
+    | DeclareElsewhere
     | Undeclare
     | DropDeclaration
     | IgnoreLayer
