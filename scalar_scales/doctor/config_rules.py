@@ -14,7 +14,9 @@ fields contradict each other where the engines branch on them (NV608, NV609),
 an attention layer that holds one of the two KV-cache scales the declaration
 asks for (NV610), and a ModelOpt declaration that quantizes a router its
 shards hold unquantized (NV611). A ModelOpt export declares its
-quantization twice, and the two files' disagreeing is NV612.
+quantization twice, and the two files' disagreeing is NV612. A
+compressed-tensors group whose format is NVFP4's and whose weights'
+arguments are not is NV613.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from scalar_scales.doctor.examples import (
     DeclareElsewhere,
     DeclareGroupSize,
     DeclareKVCache,
+    DeclareWeights,
     DropDeclaration,
     Example,
     IgnoreLayer,
@@ -46,6 +49,7 @@ from scalar_scales.nvfp4 import COMPRESSED_TENSORS, GROUP_SIZE, MODELOPT
 __all__ = [
     "algorithm_contradicts_groups",
     "declaration_files_disagree",
+    "format_contradicts_arguments",
     "input_scale_for_weight_only",
     "kv_scale_unpaired",
     "kv_scales_missing",
@@ -751,4 +755,60 @@ def declaration_files_disagree(checkpoint: CheckpointView) -> Iterator[Found]:
                 "vLLM 0.23, 0.32 and 0.33 and SGLang 0.5.23 serve config.json's (get_quant_config, read); a consumer "
                 "that reads hf_quant_config.json first (SGLang's quark_mxfp4 requantization, read) serves the "
                 "other's",
+            )
+
+
+@checkpoint_rule(
+    "NV613",
+    "format-contradicts-arguments",
+    "error",
+    "load-error",
+    summary="an nvfp4-pack-quantized config group whose weights' arguments are not NVFP4's",
+    fix=(
+        "declare each NVFP4 group's weights as llm-compressor writes them: num_bits 4, type float, strategy "
+        "tensor_group, symmetric true, group_size 16"
+    ),
+    needs=("nvfp4", "quantization"),
+    producers=frozenset({COMPRESSED_TENSORS}),
+    examples=(
+        Example(
+            "nvfp4-format-8-bit-weights",
+            "a config group of format nvfp4-pack-quantized whose weights say num_bits 8, over NVFP4 tensors",
+            (DeclareWeights("num_bits", 8),),
+        ),
+    ),
+    explanation="""
+        A compressed-tensors config group whose `format` (its own, or the
+        top-level one) is `nvfp4-pack-quantized` while its `weights`
+        arguments state something else than NVFP4's: `num_bits` 4, `type`
+        float, `strategy` tensor_group, `symmetric` true (a `group_size`
+        other than 16 is NV609). The two fields say different things, and
+        the consumers branch on different ones:
+
+        - vLLM 0.23, 0.32 and 0.33 choose the scheme from the arguments,
+          not the format (`CompressedTensorsConfig._get_scheme_from_parts`:
+          `_is_nvfp4_format`), so they build another scheme, or none (`No
+          compressed-tensors compatible scheme was found`), whose parameters
+          the packed FP4 tensors do not fit: the engine does not start (read;
+          the MoE method is chosen the same way); SGLang 0.5.23 tests the
+          arguments too (`CompressedTensorsConfig._is_fp4a4_nvfp4`, read).
+        - compressed-tensors' own decompression (transformers'
+          `from_pretrained`) picks its compressor by the format.
+
+        The finding names the group, its format and the arguments that
+        contradict it. An argument a group leaves out is not judged.
+        """,
+)
+def format_contradicts_arguments(checkpoint: CheckpointView) -> Iterator[Found]:
+    declared = checkpoint.expectations.declared
+    assert declared is not None  # needs: quantization
+    for group in declared.nvfp4_groups:
+        if group.not_nvfp4_weights:
+            yield (
+                None,
+                declared.source or "config.json",
+                f"the config group {group.name} has format {group.format}, but its weights say "
+                f"{', '.join(group.not_nvfp4_weights)}, not NVFP4's",
+                "vLLM 0.23, 0.32 and 0.33 and SGLang 0.5.23 choose the scheme from the weights' arguments, not the "
+                "format, and build one the packed FP4 tensors do not fit (read: the engine does not start)",
             )

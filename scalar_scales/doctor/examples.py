@@ -27,6 +27,7 @@ __all__ = [
     "DeclareElsewhere",
     "DeclareGroupSize",
     "DeclareKVCache",
+    "DeclareWeights",
     "DropDeclaration",
     "Edit",
     "Example",
@@ -186,6 +187,14 @@ class DeclareGroupSize(NamedTuple):
     size: int
 
 
+class DeclareWeights(NamedTuple):
+    """Set each config group's ``weights`` argument ``key`` to the JSON value ``value`` (compressed-tensors), the
+    tensors unchanged."""
+
+    key: str
+    value: object
+
+
 class Unexclude(NamedTuple):
     """The declaration's exclusions (``ignore``, ``exclude_modules``) no longer name the modules whose name ends
     with ``suffix``, in either file a ModelOpt export declares them in; the modules stay as they are stored."""
@@ -222,6 +231,7 @@ Edit = (
     | WeightOnly
     | DeclareKVCache
     | DeclareGroupSize
+    | DeclareWeights
     | Unexclude
     | Unquantize
 )

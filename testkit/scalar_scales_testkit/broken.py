@@ -31,6 +31,7 @@ from scalar_scales.doctor.examples import (
     DeclareElsewhere,
     DeclareGroupSize,
     DeclareKVCache,
+    DeclareWeights,
     DropDeclaration,
     Edit,
     Example,
@@ -383,6 +384,10 @@ def _apply(edit: Edit, checkpoint: Path, layout: ProducerLayout, fields: dict[st
                 _edit_declaration(checkpoint, lambda q: q.update(kv_cache_quant_algo="FP8"))
         case DeclareGroupSize(size):
             _edit_declaration(checkpoint, partial(_declare_group_size, layout, size))
+        case DeclareWeights(key, value):
+            _edit_declaration(
+                checkpoint, lambda q: [group["weights"].update({key: value}) for group in q["config_groups"].values()]
+            )
         case Unexclude(suffix):
             _unexclude(checkpoint, suffix)
         case _:
@@ -535,6 +540,7 @@ _DECLARATION_EDITS = (
     WeightOnly,
     DeclareKVCache,
     DeclareGroupSize,
+    DeclareWeights,
     Unexclude,
 )
 
