@@ -612,7 +612,7 @@ builds Qwen3-MoE's block). The others build their router unquantized whatever th
         LFM2-MoE (0.23, 0.32 and 0.33), Arctic (0.23) and K2-Horizon (0.32,
         0.33), read in each model's MoE block; other architectures, and
         SGLang 0.5.23's Qwen3-MoE, build the router unquantized, and the rule
-        is applied to the architectures that do not.
+        finds nothing in a checkpoint of another architecture.
         """,
 )
 def router_not_excluded(checkpoint: CheckpointView) -> Iterator[Found]:
