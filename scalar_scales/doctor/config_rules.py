@@ -789,9 +789,11 @@ def declaration_files_disagree(checkpoint: CheckpointView) -> Iterator[Found]:
           not the format (`CompressedTensorsConfig._get_scheme_from_parts`:
           `_is_nvfp4_format`), so they build another scheme, or none (`No
           compressed-tensors compatible scheme was found`), whose parameters
-          the packed FP4 tensors do not fit: the engine does not start (read;
-          the MoE method is chosen the same way); SGLang 0.5.23 tests the
-          arguments too (`CompressedTensorsConfig._is_fp4a4_nvfp4`, read).
+          the packed FP4 tensors do not fit: the engine does not start
+          (observed for the experts: `Unsupported FusedMoe scheme:
+          num_bits=8`, tests/vllm_layers in each release; read for linear
+          layers); SGLang 0.5.23 tests the arguments too
+          (`CompressedTensorsConfig._is_fp4a4_nvfp4`, read).
         - compressed-tensors' own decompression (transformers'
           `from_pretrained`) picks its compressor by the format.
 
@@ -810,5 +812,6 @@ def format_contradicts_arguments(checkpoint: CheckpointView) -> Iterator[Found]:
                 f"the config group {group.name} has format {group.format}, but its weights say "
                 f"{', '.join(group.not_nvfp4_weights)}, not NVFP4's",
                 "vLLM 0.23, 0.32 and 0.33 and SGLang 0.5.23 choose the scheme from the weights' arguments, not the "
-                "format, and build one the packed FP4 tensors do not fit (read: the engine does not start)",
+                "format, and build one the packed FP4 tensors do not fit, or none (observed for the experts: the "
+                "engine does not start)",
             )

@@ -1,6 +1,7 @@
 """How each vLLM reads a declaration that contradicts itself: ModelOpt's ``quant_algo: NVFP4`` (W4A4) over config
 groups that all say ``input_activations: null`` (weight-only), as vLLM #54189's checkpoint does (NV608), and NVFP4
-declared with groups of another size than 16 (NV609).
+declared with groups of another size than 16 (NV609), or of format ``nvfp4-pack-quantized`` with weights' arguments
+that are not NVFP4's (NV613).
 
 The checkpoints are NVIDIA's own export of the toy (nvidia-modelopt 0.47) and the toy's ``oneshot`` artifact, broken
 as the broken corpus breaks them (the rules' examples). vLLM builds the last layer's experts from each, as its
@@ -85,6 +86,17 @@ def test_vllm_refuses_compressed_tensors_nvfp4_experts_whose_input_activations_a
         group["input_activations"]["group_size"] = 32
     (checkpoint / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="input quantization must also be NVFP4 format"):
+        vllm_layers.build_moe_layer(checkpoint, LAYER)
+
+
+def test_vllm_chooses_compressed_tensors_experts_scheme_from_the_weights_arguments_not_the_nvfp4_format(
+    tmp_path, legacy_nvfp4
+):
+    """NV613: the group's format says nvfp4-pack-quantized, its weights num_bits 8; vLLM goes by the arguments."""
+    checkpoint = tmp_path / "checkpoint"
+    shutil.copytree(legacy_nvfp4, checkpoint)
+    CORPUS["nvfp4-format-8-bit-weights"].make(checkpoint, COMPRESSED_TENSORS_LAYOUT)
+    with pytest.raises(RuntimeError, match=r"Unsupported FusedMoe scheme: num_bits=8 type=.float."):
         vllm_layers.build_moe_layer(checkpoint, LAYER)
 
 
