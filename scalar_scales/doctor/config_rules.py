@@ -610,7 +610,10 @@ builds Qwen3-MoE's block). The others build their router unquantized whatever th
         its weight: `Tried to load weights of size [128, 2048] to a parameter
         of size [128, 1024]`. Those are vLLM's Qwen3-MoE, Qwen3-VL-MoE and
         LFM2-MoE (0.23, 0.32 and 0.33), Arctic (0.23) and K2-Horizon (0.32,
-        0.33), read in each model's MoE block; other architectures, and
+        0.33), read in each model's MoE block. Observed for Qwen3-MoE's
+        router (tests/vllm_layers): 0.32 and 0.33 build it as packed FP4 and
+        refuse the BF16 weight, 0.23 builds it with the NVFP4 linear method
+        too. Other architectures, and
         SGLang 0.5.23's Qwen3-MoE, build the router unquantized, and the rule
         finds nothing in a checkpoint of another architecture.
         """,
@@ -640,7 +643,7 @@ def router_not_excluded(checkpoint: CheckpointView) -> Iterator[Found]:
                 f"quantizes it: the config's {declared.ignore_key} does not name it",
                 f"{_QUANTIZED_ROUTERS[architecture]} build {architecture}'s router as packed FP4 and refuse its weight "
                 "(ModelOpt PR #1858: `Tried to load weights of size [128, 2048] to a parameter of size [128, 1024]`; "
-                "read); SGLang 0.5.23 builds it unquantized (read)",
+                "observed for Qwen3-MoE's router); SGLang 0.5.23 builds it unquantized (read)",
             )
 
 
