@@ -55,6 +55,10 @@ RULES: dict[str, Rule] = _by_code(
     config_rules.nvfp4_undeclared,
     config_rules.algorithm_contradicts_groups,
     config_rules.nvfp4_group_size,
+    config_rules.kv_scale_unpaired,
+    config_rules.router_not_excluded,
+    config_rules.declaration_files_disagree,
+    config_rules.format_contradicts_arguments,
 )
 """Every rule, by code. The effects are the ones docs/check-evidence.md records; tests/base/doctor/test_evidence.py
 fails where they differ."""

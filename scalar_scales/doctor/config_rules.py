@@ -10,26 +10,36 @@ an input scale stored for a weight-only compressed-tensors group (NV604;
 vLLM's ModelOpt weight-only methods register one and drop it). The
 KV-cache scales (NV605, NV606) and NVFP4 modules a config does not declare
 (NV607) are judged on the whole checkpoint, and so is a declaration whose
-fields contradict each other where the engines branch on them (NV608, NV609).
+fields contradict each other where the engines branch on them (NV608, NV609),
+an attention layer that holds one of the two KV-cache scales the declaration
+asks for (NV610), and a ModelOpt declaration that quantizes a router its
+shards hold unquantized (NV611). A ModelOpt export declares its
+quantization twice, and the two files' disagreeing is NV612. A
+compressed-tensors group whose format is NVFP4's and whose weights'
+arguments are not is NV613.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from scalar_scales.doctor.examples import (
     AddScales,
+    DeclareElsewhere,
     DeclareGroupSize,
     DeclareKVCache,
+    DeclareWeights,
     DropDeclaration,
     Example,
     IgnoreLayer,
     RemoveEvery,
     TargetOnlyLayer,
+    Unexclude,
     Unquantize,
     WeightOnly,
 )
-from scalar_scales.doctor.matching import Kind, Verdict
+from scalar_scales.doctor.matching import ROUTER_NAMES, Kind, Verdict
 from scalar_scales.doctor.module_rules import weight_scale_shape
 from scalar_scales.doctor.rules import Found, checkpoint_rule
 from scalar_scales.doctor.view import CheckpointView
@@ -38,13 +48,17 @@ from scalar_scales.nvfp4 import COMPRESSED_TENSORS, GROUP_SIZE, MODELOPT
 
 __all__ = [
     "algorithm_contradicts_groups",
+    "declaration_files_disagree",
+    "format_contradicts_arguments",
     "input_scale_for_weight_only",
+    "kv_scale_unpaired",
     "kv_scales_missing",
     "kv_scales_undeclared",
     "nvfp4_group_size",
     "nvfp4_undeclared",
     "quantized_but_ignored",
     "quantized_but_not_targeted",
+    "router_not_excluded",
     "targeted_but_not_nvfp4",
 ]
 
@@ -472,4 +486,335 @@ def nvfp4_group_size(checkpoint: CheckpointView) -> Iterator[Found]:
                 "vLLM refuses the group's experts (compressed-tensors: no NVFP4 scheme) or sizes their block scales "
                 "for the declared size, into which NVFP4's blocks of 16 do not load (observed: the engine does not "
                 "start)",
+            )
+
+
+_ONE_SCALE = {
+    "v_scale": (
+        "vLLM 0.23, 0.32 and 0.33 and SGLang 0.5.23 assert k_scale > 0 after loading, and an unloaded k_scale is -1.0 "
+        "(BaseKVCacheMethod.process_weights_after_loading; vLLM #46264: the engine does not start)"
+    ),
+    "k_scale": (
+        "vLLM 0.23, 0.32 and 0.33 and SGLang 0.5.23 take the larger of the two, the k_scale, for the values too "
+        "(BaseKVCacheMethod.process_weights_after_loading, read): the values are quantized with the keys' range"
+    ),
+}
+"""What the engines do with an attention layer holding only the KV-cache scale named."""
+
+
+def _attention_of(module: str, projection: str) -> str:
+    """The attention module a KV-cache scale belongs to: compressed-tensors writes ``self_attn.k_scale``,
+    ModelOpt ``self_attn.k_proj.k_scale``."""
+    return module.removesuffix(f".{projection}")
+
+
+@checkpoint_rule(
+    "NV610",
+    "kv-scale-unpaired",
+    "error",
+    "load-error",
+    summary="an attention layer with one of its two KV-cache scales",
+    fix="store both k_scale and v_scale for every attention layer (or neither), as the quantizer calibrated them",
+    needs=("nvfp4", "quantization"),
+    examples=(
+        Example(
+            "kv-v-scale-only",
+            "an FP8 KV cache declared, and the first layer's attention holding a v_scale without its k_scale, as the "
+            "checkpoint of vLLM #46264 does",
+            (
+                DeclareKVCache(),
+                AddScales((_KV_SCALES[1],), 1.0, beside="model.layers.0.mlp.experts.0.gate_proj.{weight}"),
+            ),
+            names=_KV_SCALES[1],
+        ),
+    ),
+    explanation="""
+        The config declares a quantized KV cache (`kv_cache_scheme`,
+        ModelOpt's `kv_cache_quant_algo`) and an attention layer holds one of
+        its two scales, `k_scale` or `v_scale`, without the other (NV605
+        is the case where no layer holds either). vLLM 0.23, 0.32 and 0.33
+        and SGLang 0.5.23 start each scale at -1.0 and resolve the pair in
+        `BaseKVCacheMethod.process_weights_after_loading`:
+
+        - a `v_scale` without its `k_scale`: `assert layer.k_scale > 0.0`
+          fails, and the engine does not start (vLLM #46264);
+        - a `k_scale` without its `v_scale`: the larger of the two, the
+          `k_scale`, is taken for both, and the values are quantized with the
+          keys' range (read, not observed).
+
+        The finding names the scale the layer holds.
+        """,
+)
+def kv_scale_unpaired(checkpoint: CheckpointView) -> Iterator[Found]:
+    declared = checkpoint.expectations.declared
+    if declared is None or not declared.kv_cache or not checkpoint.kv_scales:
+        return
+    held = {
+        leaf: {_attention_of(module, projection): i for module, i in checkpoint.ending_in(leaf).items()}
+        for leaf, projection in (("k_scale", "k_proj"), ("v_scale", "v_proj"))
+    }
+    for leaf, other in (("k_scale", "v_scale"), ("v_scale", "k_scale")):
+        for attention, i in held[leaf].items():
+            if attention not in held[other]:
+                yield (
+                    checkpoint.names[i],
+                    checkpoint.file_of(i),
+                    f"the config declares a quantized KV cache, and {attention} has its {leaf} but no {other}",
+                    _ONE_SCALE[leaf],
+                )
+
+
+_QUANTIZED_ROUTERS = {
+    "Qwen3MoeForCausalLM": "vLLM 0.23, 0.32 and 0.33",
+    "Qwen3VLMoeForConditionalGeneration": "vLLM 0.23, 0.32 and 0.33",
+    "Lfm2MoeForCausalLM": "vLLM 0.23, 0.32 and 0.33",
+    "ArcticForCausalLM": "vLLM 0.23",
+    "K2HorizonForCausalLM": "vLLM 0.32 and 0.33",
+}
+"""The architectures whose MoE router vLLM builds with the checkpoint's quantization config, and the versions that
+do (read: the model's ``self.gate = ReplicatedLinear(...)``/``GateLinear(...)`` given ``quant_config``; Qwen3-VL-MoE
+builds Qwen3-MoE's block). The others build their router unquantized whatever the declaration says, as SGLang
+0.5.23 builds Qwen3-MoE's (``Qwen3MoeSparseMoeBlock``: a quantization config for ModelSlim's alone)."""
+
+
+@checkpoint_rule(
+    "NV611",
+    "router-not-excluded",
+    "error",
+    "load-error",
+    summary="an unquantized MoE router that a ModelOpt declaration quantizes",
+    fix=(
+        "list the router in the declaration's exclusions (hf_quant_config.json's exclude_modules and config.json's "
+        "ignore: `model.layers.*.mlp.gate`), as ModelOpt writes them since its PR #1858"
+    ),
+    needs=("nvfp4", "quantization"),
+    producers=frozenset({MODELOPT}),
+    examples=(
+        Example(
+            "router-not-excluded",
+            "the MoE routers (`mlp.gate`, BF16) dropped from the exclusions of an NVFP4 declaration, as ModelOpt "
+            "exported Qwen3-MoE under transformers 5 (ModelOpt PR #1858)",
+            (Unexclude(".mlp.gate"),),
+            names="model.layers.1.mlp.gate.weight",
+        ),
+    ),
+    explanation="""
+        A ModelOpt declaration of one algorithm (`quant_algo: NVFP4`)
+        quantizes every linear module its exclusions (`exclude_modules`,
+        config.json's `ignore`) do not name, and the shards hold a MoE
+        router (`mlp.gate`, `router`) unquantized that they do not name.
+        ModelOpt's exporter lists the modules it left unquantized, and a
+        router that is not an `nn.Linear` (transformers 5's `TopKRouter`) is
+        left out of the list (ModelOpt PR #1858). The engines that build the
+        router with the quantization config build it as packed FP4 and refuse
+        its weight: `Tried to load weights of size [128, 2048] to a parameter
+        of size [128, 1024]`. Those are vLLM's Qwen3-MoE, Qwen3-VL-MoE and
+        LFM2-MoE (0.23, 0.32 and 0.33), Arctic (0.23) and K2-Horizon (0.32,
+        0.33), read in each model's MoE block. Observed for Qwen3-MoE's
+        router (tests/vllm_layers): 0.32 and 0.33 build it as packed FP4 and
+        refuse the BF16 weight, 0.23 builds it with the NVFP4 linear method
+        too. Other architectures, and
+        SGLang 0.5.23's Qwen3-MoE, build the router unquantized, and the rule
+        finds nothing in a checkpoint of another architecture.
+        """,
+)
+def router_not_excluded(checkpoint: CheckpointView) -> Iterator[Found]:
+    config = checkpoint.scan.config or {}
+    architectures = config.get("architectures")
+    named = architectures if isinstance(architectures, list) else []
+    architecture = next((a for a in named if isinstance(a, str) and a in _QUANTIZED_ROUTERS), None)
+    declared = checkpoint.expectations.declared
+    if architecture is None or declared is None:
+        return
+    weights = checkpoint.ending_in("weight")
+    packed = set(checkpoint.nvfp4.bases)
+    extra = checkpoint.ending_in("e_score_correction_bias")
+    for module, i in weights.items():
+        if module.rpartition(".")[2] not in ROUTER_NAMES or module in packed or module in extra:
+            continue
+        if len(checkpoint.shapes[i]) != 2 or checkpoint.dtypes[i] not in ("BF16", "F16", "F32"):
+            continue
+        groups, excluded = checkpoint.expectations.classify(module, "linear")
+        if groups and not excluded:
+            yield (
+                checkpoint.names[i],
+                checkpoint.file_of(i),
+                f"the router is stored unquantized ({checkpoint.dtypes[i]}), but quant_algo {declared.format_name} "
+                f"quantizes it: the config's {declared.ignore_key} does not name it",
+                f"{_QUANTIZED_ROUTERS[architecture]} build {architecture}'s router as packed FP4 and refuse its weight "
+                "(ModelOpt PR #1858: `Tried to load weights of size [128, 2048] to a parameter of size [128, 1024]`; "
+                "observed for Qwen3-MoE's router); SGLang 0.5.23 builds it unquantized (read)",
+            )
+
+
+def _kv_algorithm(quantization: Mapping[str, Any]) -> str | None:
+    """The KV-cache algorithm a ModelOpt declaration names: ``kv_cache_quant_algo``, or config.json's
+    ``kv_cache_scheme`` (FP8 where it says 8-bit floats, as vLLM's ``ModelOptQuantConfigBase.from_config`` reads
+    it)."""
+    algo = quantization.get("kv_cache_quant_algo")
+    if isinstance(algo, str) and algo:
+        return algo.upper()
+    scheme = quantization.get("kv_cache_scheme")
+    if isinstance(scheme, Mapping):
+        return "FP8" if (scheme.get("type"), scheme.get("num_bits")) == ("float", 8) else "a kv_cache_scheme"
+    return None
+
+
+def _layers(quantization: Mapping[str, Any]) -> dict[str, str] | None:
+    layers = quantization.get("quantized_layers")
+    if not isinstance(layers, Mapping):
+        return None
+    return {
+        str(module): str(recipe.get("quant_algo")).upper() if isinstance(recipe, Mapping) else str(recipe)
+        for module, recipe in layers.items()
+    }
+
+
+def _exclusions(quantization: Mapping[str, Any], key: str) -> frozenset[str]:
+    value = quantization.get(key)
+    return frozenset(e for e in value if isinstance(e, str)) if isinstance(value, list) else frozenset()
+
+
+def _said(value: object) -> str:
+    if value is None:
+        return "nothing"
+    if isinstance(value, frozenset):
+        return "[" + ", ".join(sorted(value)) + "]" if value else "[]"
+    if isinstance(value, dict):
+        return ", ".join(f"{module}: {algo}" for module, algo in sorted(value.items())) or "no layer"
+    return str(value)
+
+
+@checkpoint_rule(
+    "NV612",
+    "declaration-files-disagree",
+    "warning",
+    "none",
+    summary="config.json and hf_quant_config.json declaring a ModelOpt quantization differently",
+    fix=(
+        "make the two files say the same: the one that matches the shards (its quant_algo, kv_cache_quant_algo, "
+        "exclusions, group_size and quantized_layers) copied into the other, as ModelOpt's exporter writes both"
+    ),
+    needs=("nvfp4", "quantization"),
+    producers=frozenset({MODELOPT}),
+    examples=(
+        Example(
+            "declaration-files-disagree",
+            "hf_quant_config.json declaring the weight-only W4A16_NVFP4 over the W4A4 export that config.json "
+            "declares NVFP4, as a hand edit of one file leaves it",
+            (DeclareElsewhere("quant_algo", "W4A16_NVFP4"),),
+        ),
+    ),
+    explanation="""
+        ModelOpt's exporter declares its quantization twice: config.json's
+        `quantization_config` (`quant_method: modelopt`) and
+        hf_quant_config.json's `quantization`. Where the two say different
+        things in a field the engines branch on (`quant_algo`, the KV-cache
+        algorithm, the exclusions, `group_size`, MIXED_PRECISION's
+        `quantized_layers`), the checkpoint is two checkpoints, and which one
+        is served depends on which file a consumer reads:
+
+        - vLLM 0.23, 0.32 and 0.33 read config.json's `quantization_config`
+          (`get_quant_config`), and hf_quant_config.json only without one, or
+          where a MIXED_PRECISION config.json has no `quantized_layers`;
+        - SGLang 0.5.23 reads config.json's too (`get_quant_config`, through
+          `resolve_checkpoint_quant_spec`), and hf_quant_config.json where
+          a MIXED_PRECISION config.json lacks `quantized_layers` or its
+          KV-cache algorithm, and first of all for its `quark_mxfp4`
+          requantization (read).
+
+        The finding names the field and what each file says of it; the rules
+        that judge the shards against the declaration judge them against the
+        file vLLM reads.
+        """,
+)
+def declaration_files_disagree(checkpoint: CheckpointView) -> Iterator[Found]:
+    config, file = checkpoint.scan.config, checkpoint.scan.opened.modelopt_config
+    served = (config or {}).get("quantization_config")
+    other = (file or {}).get("quantization")
+    if not isinstance(served, Mapping) or served.get("quant_method") != MODELOPT or not isinstance(other, Mapping):
+        return
+    location = checkpoint.scan.opened.location
+    config_name, file_name = str(location.config or "config.json"), str(location.modelopt_config)
+    fields: tuple[tuple[str, object, object], ...] = (
+        ("quant_algo", str(served.get("quant_algo")).upper(), str(other.get("quant_algo")).upper()),
+        ("the KV-cache algorithm", _kv_algorithm(served), _kv_algorithm(other)),
+        ("the exclusions", _exclusions(served, "ignore"), _exclusions(other, "exclude_modules")),
+        ("group_size", served.get("group_size"), other.get("group_size")),
+        ("quantized_layers", _layers(served), _layers(other)),
+    )
+    for name, says, said in fields:
+        if name in ("group_size", "quantized_layers") and (says is None or said is None):
+            continue  # stated in one file alone: the other's reading takes the same default or file
+        if isinstance(says, dict) and isinstance(said, dict):
+            differ = {module for module in says.keys() | said.keys() if says.get(module) != said.get(module)}
+            says, said = ({m: a for m, a in layers.items() if m in differ} for layers in (says, said))
+        if says != said:
+            yield (
+                None,
+                config_name,
+                f"{name}: config.json's quantization_config says {_said(says)}, {file_name.rpartition('/')[2]} "
+                f"says {_said(said)}",
+                "vLLM 0.23, 0.32 and 0.33 and SGLang 0.5.23 serve config.json's (get_quant_config, read); a consumer "
+                "that reads hf_quant_config.json first (SGLang's quark_mxfp4 requantization, read) serves the "
+                "other's",
+            )
+
+
+@checkpoint_rule(
+    "NV613",
+    "format-contradicts-arguments",
+    "error",
+    "load-error",
+    summary="an nvfp4-pack-quantized config group whose weights' arguments are not NVFP4's",
+    fix=(
+        "declare each NVFP4 group's weights as llm-compressor writes them: num_bits 4, type float, strategy "
+        "tensor_group, symmetric true, group_size 16"
+    ),
+    needs=("nvfp4", "quantization"),
+    producers=frozenset({COMPRESSED_TENSORS}),
+    examples=(
+        Example(
+            "nvfp4-format-8-bit-weights",
+            "a config group of format nvfp4-pack-quantized whose weights say num_bits 8, over NVFP4 tensors",
+            (DeclareWeights("num_bits", 8),),
+        ),
+    ),
+    explanation="""
+        A compressed-tensors config group whose `format` (its own, or the
+        top-level one) is `nvfp4-pack-quantized` while its `weights`
+        arguments state something else than NVFP4's: `num_bits` 4, `type`
+        float, `strategy` tensor_group, `symmetric` true (a `group_size`
+        other than 16 is NV609). The two fields say different things, and
+        the consumers branch on different ones:
+
+        - vLLM 0.23, 0.32 and 0.33 choose the scheme from the arguments,
+          not the format (`CompressedTensorsConfig._get_scheme_from_parts`:
+          `_is_nvfp4_format`), so they build another scheme, or none (`No
+          compressed-tensors compatible scheme was found`), whose parameters
+          the packed FP4 tensors do not fit: the engine does not start
+          (observed for the experts: `Unsupported FusedMoe scheme:
+          num_bits=8`, tests/vllm_layers in each release; read for linear
+          layers); SGLang 0.5.23 tests the arguments too
+          (`CompressedTensorsConfig._is_fp4a4_nvfp4`, read).
+        - compressed-tensors' own decompression (transformers'
+          `from_pretrained`) picks its compressor by the format.
+
+        The finding names the group, its format and the arguments that
+        contradict it. An argument a group leaves out is not judged.
+        """,
+)
+def format_contradicts_arguments(checkpoint: CheckpointView) -> Iterator[Found]:
+    declared = checkpoint.expectations.declared
+    assert declared is not None  # needs: quantization
+    for group in declared.nvfp4_groups:
+        if group.not_nvfp4_weights:
+            yield (
+                None,
+                declared.source or "config.json",
+                f"the config group {group.name} has format {group.format}, but its weights say "
+                f"{', '.join(group.not_nvfp4_weights)}, not NVFP4's",
+                "vLLM 0.23, 0.32 and 0.33 and SGLang 0.5.23 choose the scheme from the weights' arguments, not the "
+                "format, and build one the packed FP4 tensors do not fit, or none (observed for the experts: the "
+                "engine does not start)",
             )

@@ -24,8 +24,10 @@ from typing import NamedTuple
 __all__ = [
     "AddScales",
     "Declare",
+    "DeclareElsewhere",
     "DeclareGroupSize",
     "DeclareKVCache",
+    "DeclareWeights",
     "DropDeclaration",
     "Edit",
     "Example",
@@ -43,6 +45,7 @@ __all__ = [
     "SetValue",
     "TargetOnlyLayer",
     "Undeclare",
+    "Unexclude",
     "Unquantize",
     "WeightOnly",
 ]
@@ -135,6 +138,15 @@ class Declare(NamedTuple):
     value: object
 
 
+class DeclareElsewhere(NamedTuple):
+    """Set ``key`` of hf_quant_config.json's ``quantization``, where config.json's ``quantization_config`` is the
+    declaration a server reads, to the JSON value ``value``: the two files a ModelOpt export declares in disagree.
+    Every other declaration edit changes both files alike."""
+
+    key: str
+    value: object
+
+
 class Undeclare(NamedTuple):
     """Remove ``key`` from the quantization declaration a server reads."""
 
@@ -175,6 +187,21 @@ class DeclareGroupSize(NamedTuple):
     size: int
 
 
+class DeclareWeights(NamedTuple):
+    """Set each config group's ``weights`` argument ``key`` to the JSON value ``value`` (compressed-tensors), the
+    tensors unchanged."""
+
+    key: str
+    value: object
+
+
+class Unexclude(NamedTuple):
+    """The declaration's exclusions (``ignore``, ``exclude_modules``) no longer name the modules whose name ends
+    with ``suffix``, in either file a ModelOpt export declares them in; the modules stay as they are stored."""
+
+    suffix: str
+
+
 class Unquantize(NamedTuple):
     """Store the first of ``modules`` the checkpoint holds as NVFP4 as an unquantized BF16 ``weight`` instead,
     its NVFP4 tensors gone, as a quantizer that skipped it writes it; the finding names that ``weight``."""
@@ -196,6 +223,7 @@ Edit = (
     | IndexDrops
     | LegacyShapes
     | Declare
+    | DeclareElsewhere
     | Undeclare
     | DropDeclaration
     | IgnoreLayer
@@ -203,6 +231,8 @@ Edit = (
     | WeightOnly
     | DeclareKVCache
     | DeclareGroupSize
+    | DeclareWeights
+    | Unexclude
     | Unquantize
 )
 """Each way an example changes a clean checkpoint, in the test kit's terms."""

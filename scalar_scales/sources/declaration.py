@@ -68,6 +68,9 @@ class Group:
     group_size: int = GROUP_SIZE
     input_group_size: int = GROUP_SIZE
     """compressed-tensors: the group size of the group's ``input_activations`` (its weights' where it has none)."""
+    not_nvfp4_weights: tuple[str, ...] = ()
+    """compressed-tensors: the group's ``weights`` arguments, other than ``group_size``, that state something other
+    than NVFP4's (``num_bits 8``), as the group states them; an argument the group leaves out is not judged."""
 
 
 @dataclass(frozen=True)
@@ -204,6 +207,7 @@ def _compressed_tensors(quantization_config: Mapping[str, Any], path: str) -> De
                     _mapping(group, "input_activations").get("group_size")
                     or _mapping(group, "weights").get("group_size")
                 ),
+                not_nvfp4_weights=_not_nvfp4(_mapping(group, "weights")),
             )
         )
     return Declaration(
@@ -215,6 +219,18 @@ def _compressed_tensors(quantization_config: Mapping[str, Any], path: str) -> De
         source=path,
         format_version=version,
         format_version_declared=FORMAT_VERSION_KEY in quantization_config,
+    )
+
+
+_NVFP4_ARGUMENTS = (("num_bits", 4), ("type", "float"), ("strategy", "tensor_group"), ("symmetric", True))
+"""compressed-tensors' quantization arguments of NVFP4 weights, but the group size (vLLM's ``_is_nvfp4_format``)."""
+
+
+def _not_nvfp4(arguments: Mapping[str, Any]) -> tuple[str, ...]:
+    return tuple(
+        f"{key} {printable(json.dumps(arguments[key]))}"
+        for key, value in _NVFP4_ARGUMENTS
+        if key in arguments and arguments[key] != value
     )
 
 

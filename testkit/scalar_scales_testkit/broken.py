@@ -28,8 +28,10 @@ from scalar_scales.doctor import RULES
 from scalar_scales.doctor.examples import (
     AddScales,
     Declare,
+    DeclareElsewhere,
     DeclareGroupSize,
     DeclareKVCache,
+    DeclareWeights,
     DropDeclaration,
     Edit,
     Example,
@@ -47,6 +49,7 @@ from scalar_scales.doctor.examples import (
     SetValue,
     TargetOnlyLayer,
     Undeclare,
+    Unexclude,
     Unquantize,
     WeightOnly,
 )
@@ -256,12 +259,36 @@ def _declaration_of(checkpoint: Path) -> tuple[Path, str]:
     return checkpoint / MODELOPT_CONFIG_NAME, "quantization"
 
 
+_MIRRORED = {
+    "quant_algo": "quant_algo",
+    "ignore": "exclude_modules",
+    "kv_cache_quant_algo": "kv_cache_quant_algo",
+    "group_size": "group_size",
+    "quantized_layers": "quantized_layers",
+}
+"""The fields of config.json's ModelOpt ``quantization_config`` that hf_quant_config.json's ``quantization`` says
+too, by the name each file gives them: the fields NV612 holds the two files to."""
+
+
 def _edit_declaration(checkpoint: Path, change: Callable[[dict[str, Any]], None]) -> None:
-    """Edit the quantization declaration a server reads."""
+    """Edit the quantization declaration a server reads; where it is config.json's ModelOpt one, the fields
+    hf_quant_config.json says too change there alike, as the exporter writes both (NV612 is the two disagreeing)."""
     path, key = _declaration_of(checkpoint)
     config = json.loads(path.read_text())
+    before = dict(config[key])
     change(config[key])
     path.write_text(json.dumps(config, indent=2))
+    served, elsewhere = config[key], checkpoint / MODELOPT_CONFIG_NAME
+    if path.name != CONFIG_NAME or served.get("quant_method") != "modelopt" or not elsewhere.exists():
+        return
+    modelopt = json.loads(elsewhere.read_text())
+    for field, mirrored in _MIRRORED.items():
+        if served.get(field) != before.get(field):
+            if field in served:
+                modelopt["quantization"][mirrored] = served[field]
+            else:
+                modelopt["quantization"].pop(mirrored, None)
+    elsewhere.write_text(json.dumps(modelopt, indent=4))
 
 
 def _ignore_key(checkpoint: Path) -> str:
@@ -328,6 +355,11 @@ def _apply(edit: Edit, checkpoint: Path, layout: ProducerLayout, fields: dict[st
             _legacy_shapes(checkpoint, layout)
         case Declare(key, value):
             _edit_declaration(checkpoint, lambda q: q.update({key: value}))
+        case DeclareElsewhere(key, value):
+            path = checkpoint / MODELOPT_CONFIG_NAME
+            modelopt = json.loads(path.read_text())
+            modelopt["quantization"][key] = value
+            path.write_text(json.dumps(modelopt, indent=4))
         case Undeclare(key):
             _edit_declaration(checkpoint, lambda q: q.pop(key))
         case DropDeclaration():
@@ -352,9 +384,30 @@ def _apply(edit: Edit, checkpoint: Path, layout: ProducerLayout, fields: dict[st
                 _edit_declaration(checkpoint, lambda q: q.update(kv_cache_quant_algo="FP8"))
         case DeclareGroupSize(size):
             _edit_declaration(checkpoint, partial(_declare_group_size, layout, size))
+        case DeclareWeights(key, value):
+            _edit_declaration(
+                checkpoint, lambda q: [group["weights"].update({key: value}) for group in q["config_groups"].values()]
+            )
+        case Unexclude(suffix):
+            _unexclude(checkpoint, suffix)
         case _:
             assert_never(edit)
     return None
+
+
+def _unexclude(checkpoint: Path, suffix: str) -> None:
+    """Drop the exclusions that name a module ending with ``suffix`` (a wildcard's, or a ``re:``'s, text as
+    written), from config.json's ``ignore`` and hf_quant_config.json's ``exclude_modules`` alike."""
+    for path, section, key in (
+        (checkpoint / CONFIG_NAME, "quantization_config", "ignore"),
+        (checkpoint / MODELOPT_CONFIG_NAME, "quantization", "exclude_modules"),
+    ):
+        if path.exists():
+            config = json.loads(path.read_text())
+            declared = config.get(section)
+            if isinstance(declared, dict) and isinstance(declared.get(key), list):
+                declared[key] = [entry for entry in declared[key] if not entry.endswith(suffix)]
+                path.write_text(json.dumps(config, indent=2))
 
 
 def _declare_group_size(layout: ProducerLayout, size: int, declaration: dict[str, Any]) -> None:
@@ -479,6 +532,7 @@ class BrokenCase(NamedTuple):
 
 _DECLARATION_EDITS = (
     Declare,
+    DeclareElsewhere,
     Undeclare,
     DropDeclaration,
     IgnoreLayer,
@@ -486,6 +540,8 @@ _DECLARATION_EDITS = (
     WeightOnly,
     DeclareKVCache,
     DeclareGroupSize,
+    DeclareWeights,
+    Unexclude,
 )
 
 

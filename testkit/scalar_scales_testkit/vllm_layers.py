@@ -9,6 +9,7 @@ runs a kernel; the layer, its parameters, its quant method and its
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import re
 import shutil
@@ -27,6 +28,7 @@ __all__ = [
     "EXPERT_TENSOR",
     "SHARDS",
     "build_moe_layer",
+    "build_router",
     "changed_vllm",
     "compressed_tensors_fake_quantize",
     "expert_tensors",
@@ -174,6 +176,36 @@ def build_moe_layer(artifact: Path, prefix: str, vllm_config: Any = None) -> tor
         from vllm.model_executor.layers.fused_moe.layer import FusedMoE
 
         return FusedMoE(**common, params_dtype=torch.bfloat16, prefix=prefix)
+
+
+def build_router(artifact: Path, prefix: str) -> torch.nn.Module:
+    """The MoE router ``prefix`` (``model.layers.N.mlp.gate``) of a Qwen3-MoE artifact, as vLLM's
+    ``Qwen3MoeSparseMoeBlock`` builds it: with the artifact's quantization config (``GateLinear`` since 0.32,
+    ``ReplicatedLinear`` in 0.23). An NVFP4 router gets the emulation's kernel where vLLM picks one as it builds
+    the layer (0.32 and 0.33): the CPU has none."""
+    import vllm
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.model_executor.layers.linear import ReplicatedLinear
+    from vllm.model_executor.models import qwen3_moe
+
+    from vllm_patch.nvfp4_emulation import EMULATION_PATCHES
+    from vllm_patch.targets import MODELOPT_MODULE
+
+    gate = getattr(qwen3_moe, "GateLinear", None)  # 0.23 has one, without a quantization config, and does not use it
+    uses_gate = gate is not None and "quant_config" in inspect.signature(gate.__init__).parameters
+    router = gate if uses_gate else ReplicatedLinear
+
+    config = json.loads((artifact / "config.json").read_text())
+    patches = EMULATION_PATCHES[MODELOPT_MODULE]
+    emulated = patches.applied() if patches.accepts("vllm", vllm.__version__) else contextlib.nullcontext()
+    with set_current_vllm_config(VllmConfig()), emulated:
+        return router(
+            config["hidden_size"],
+            config.get("num_experts") or config["num_local_experts"],
+            bias=False,
+            quant_config=_quant_config(artifact, config),
+            prefix=prefix,
+        )
 
 
 def expert_tensors(artifact: Path, prefix: str) -> list[tuple[str, torch.Tensor]]:

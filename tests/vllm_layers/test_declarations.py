@@ -1,6 +1,7 @@
 """How each vLLM reads a declaration that contradicts itself: ModelOpt's ``quant_algo: NVFP4`` (W4A4) over config
 groups that all say ``input_activations: null`` (weight-only), as vLLM #54189's checkpoint does (NV608), and NVFP4
-declared with groups of another size than 16 (NV609).
+declared with groups of another size than 16 (NV609), or of format ``nvfp4-pack-quantized`` with weights' arguments
+that are not NVFP4's (NV613); and a BF16 router that a ModelOpt declaration does not exclude (NV611).
 
 The checkpoints are NVIDIA's own export of the toy (nvidia-modelopt 0.47) and the toy's ``oneshot`` artifact, broken
 as the broken corpus breaks them (the rules' examples). vLLM builds the last layer's experts from each, as its
@@ -22,6 +23,7 @@ from scalar_scales.nvfp4 import COMPRESSED_TENSORS_LAYOUT, MODELOPT_LAYOUT
 from scalar_scales_testkit import vllm_layers
 from scalar_scales_testkit.broken import CORPUS, MODELOPT_CORPUS
 from scalar_scales_testkit.modelopt_exports import copy_of_export
+from scalar_scales_testkit.roundtrip import checkpoint_tensors
 
 LAYER = "model.layers.1.mlp.experts"
 READS_THE_GROUPS = not vllm.__version__.startswith("0.23")
@@ -88,9 +90,43 @@ def test_vllm_refuses_compressed_tensors_nvfp4_experts_whose_input_activations_a
         vllm_layers.build_moe_layer(checkpoint, LAYER)
 
 
+def test_vllm_chooses_compressed_tensors_experts_scheme_from_the_weights_arguments_not_the_nvfp4_format(
+    tmp_path, legacy_nvfp4
+):
+    """NV613: the group's format says nvfp4-pack-quantized, its weights num_bits 8; vLLM goes by the arguments."""
+    checkpoint = tmp_path / "checkpoint"
+    shutil.copytree(legacy_nvfp4, checkpoint)
+    CORPUS["nvfp4-format-8-bit-weights"].make(checkpoint, COMPRESSED_TENSORS_LAYOUT)
+    with pytest.raises(RuntimeError, match=r"Unsupported FusedMoe scheme: num_bits=8 type=.float."):
+        vllm_layers.build_moe_layer(checkpoint, LAYER)
+
+
 def test_vllm_sizes_modelopt_block_scales_for_the_declared_group_size_and_nvfp4_s_do_not_load(tmp_path):
     layer, checkpoint = experts(tmp_path, "nvfp4-groups-of-32")
     hidden = layer.w2_weight.shape[1]
     assert layer.w13_weight_scale.shape[-1] == hidden // 32
     with pytest.raises(RuntimeError, match="must match the size of tensor"):
         vllm_layers.load_into_layer(layer, vllm_layers.expert_tensors(checkpoint, LAYER))
+
+
+def test_vllm_builds_a_qwen3_moe_router_the_declaration_does_not_exclude_as_fp4_and_refuses_its_weight(tmp_path):
+    """NV611, ModelOpt PR #1858: Qwen3-MoE's block gives its router the quantization config. 0.32 and 0.33 build
+    it as packed FP4 (on the emulation's kernel) and refuse the BF16 weight; 0.23, which the emulation does not
+    patch, builds it with the NVFP4 linear method too, whose kernel selection refuses the CPU first."""
+    checkpoint = copy_of_export(tmp_path / "checkpoint")
+    MODELOPT_CORPUS["router-not-excluded"].make(checkpoint, MODELOPT_LAYOUT)
+    if not READS_THE_GROUPS:  # 0.23
+        with pytest.raises(ValueError, match="implement the NVFP4 linear layer"):
+            vllm_layers.build_router(checkpoint, "model.layers.1.mlp.gate")
+        return
+    router = vllm_layers.build_router(checkpoint, "model.layers.1.mlp.gate")
+    assert router.weight.dtype == torch.uint8
+    weight = checkpoint_tensors(checkpoint, lambda name: name == "model.layers.1.mlp.gate.weight")
+    (tensor,) = weight.values()
+    with pytest.raises(AssertionError, match="Tried to load weights of size"):
+        router.weight.weight_loader(router.weight, tensor)
+
+
+def test_vllm_builds_the_router_the_export_excludes_unquantized(tmp_path):
+    router = vllm_layers.build_router(copy_of_export(tmp_path / "checkpoint"), "model.layers.1.mlp.gate")
+    assert type(router.quant_method).__name__ == "UnquantizedLinearMethod"

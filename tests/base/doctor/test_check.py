@@ -534,6 +534,21 @@ def test_nv609_names_an_nvfp4_group_whose_input_activations_alone_are_in_groups_
     )
 
 
+def test_nv613_names_the_group_its_format_and_each_weights_argument_that_is_not_nvfp4s(clean):
+    """vLLM chooses the scheme from the arguments; the format says NVFP4. An argument left out is not judged."""
+    config = json.loads((clean / "config.json").read_text())
+    weights = config["quantization_config"]["config_groups"]["group_0"]["weights"]
+    weights.update(type="int", symmetric=False)
+    del weights["strategy"]
+    (clean / "config.json").write_text(json.dumps(config))
+    (finding,) = findings(run_cli_in_process("check", clean, "--json"))
+    assert (finding["code"], finding["severity"], finding["tensor"]) == ("NV613", "error", None)
+    assert finding["detail"] == (
+        'the config group group_0 has format nvfp4-pack-quantized, but its weights say type "int", symmetric '
+        "false, not NVFP4's"
+    )
+
+
 def test_a_model_class_in_the_targets_leaves_the_class_rules_unapplied_and_says_so(clean):
     config = json.loads((clean / "config.json").read_text())
     config["quantization_config"]["config_groups"]["group_0"]["targets"] = ["Linear", "Qwen3MoeTopKRouter"]

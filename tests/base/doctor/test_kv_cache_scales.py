@@ -15,8 +15,9 @@ import struct
 
 import pytest
 
-from scalar_scales.nvfp4 import COMPRESSED_TENSORS_LAYOUT
-from scalar_scales_testkit.broken import CORPUS, clean_checkpoint, rewrite_shard, shard_of
+from scalar_scales.doctor.examples import Example, Remove
+from scalar_scales.nvfp4 import COMPRESSED_TENSORS_LAYOUT, MODELOPT_LAYOUT
+from scalar_scales_testkit.broken import CORPUS, clean_checkpoint, make_example, rewrite_shard, shard_of
 from scalar_scales_testkit.cli import run_cli_in_process
 from scalar_scales_testkit.modelopt_exports import copy_of_export, exported
 
@@ -104,3 +105,27 @@ def test_kv_scales_a_config_does_not_declare_are_not_judged_by_value(tmp_path):
     CORPUS["kv-scales-undeclared"].make(checkpoint, COMPRESSED_TENSORS_LAYOUT)
     set_scale(checkpoint, CT_K, 0.0)
     assert kv_findings(checkpoint) == {}
+
+
+def test_a_k_scale_without_its_v_scale_is_nv610_saying_the_engines_take_it_for_both(tmp_path):
+    """NV610's other direction: vLLM and SGLang take max(k_scale, v_scale), the k_scale, for the values."""
+    checkpoint = compressed_tensors_with_kv_scales(tmp_path / "checkpoint")
+    make_example(Example("k-scale-only", "", (Remove(CT_V),)), checkpoint, COMPRESSED_TENSORS_LAYOUT)
+    document = json.loads(run_cli_in_process("check", checkpoint, "--json").stdout)
+    (finding,) = document["findings"]
+    assert (finding["code"], finding["severity"], finding["tensor"]) == ("NV610", "error", CT_K)
+    assert finding["detail"] == (
+        "the config declares a quantized KV cache, and model.layers.0.self_attn has its k_scale but no v_scale"
+    )
+    assert "take the larger of the two, the k_scale, for the values too" in finding["why"]
+
+
+def test_an_export_layer_with_v_scale_alone_is_nv610_saying_vllm_asserts_k_scale(tmp_path):
+    """ModelOpt's names (``k_proj.k_scale``, ``v_proj.v_scale``) pair by their attention module, as vLLM remaps
+    them; vLLM #46264."""
+    checkpoint = copy_of_export(tmp_path / "export", "nvfp4-fp8-kv")
+    make_example(Example("v-scale-only", "", (Remove(MODELOPT_K),)), checkpoint, MODELOPT_LAYOUT)
+    document = json.loads(run_cli_in_process("check", checkpoint, "--json").stdout)
+    (finding,) = document["findings"]
+    assert (finding["code"], finding["tensor"]) == ("NV610", MODELOPT_V)
+    assert "assert k_scale > 0 after loading" in finding["why"]

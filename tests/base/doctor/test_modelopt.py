@@ -225,3 +225,60 @@ def test_an_uncalibrated_expert_in_an_export_has_the_effect_the_engine_showed_ot
 def test_the_rule_reference_gives_the_effect_seen_on_modelopt_checkpoints_where_it_differs():
     reference = run_cli_in_process("rule", "NV301").stdout
     assert "\nEffect on modelopt checkpoints: `wrong-output` (vLLM starts and generates other tokens" in reference
+
+
+def test_nv611_names_the_router_and_the_exclusions_that_leave_it_quantized(tmp_path):
+    checkpoint = copy_of_export(tmp_path / "export")
+    MODELOPT_CORPUS["router-not-excluded"].make(checkpoint, MODELOPT_LAYOUT)
+    findings = checked(checkpoint)["findings"]
+    assert [(f["code"], f["tensor"]) for f in findings] == [
+        ("NV611", f"model.layers.{layer}.mlp.gate.weight") for layer in (0, 1)
+    ]
+    assert findings[0]["detail"] == (
+        "the router is stored unquantized (BF16), but quant_algo NVFP4 quantizes it: the config's ignore does not "
+        "name it"
+    )
+    assert findings[0]["why"].startswith(
+        "vLLM 0.23, 0.32 and 0.33 build Qwen3MoeForCausalLM's router as packed FP4 and refuse its weight"
+    )
+
+
+def test_nv611_is_not_found_for_an_architecture_whose_engines_build_the_router_unquantized(tmp_path):
+    """vLLM's Mixtral builds its router with no quantization config whatever the declaration says."""
+    checkpoint = copy_of_export(tmp_path / "export")
+    MODELOPT_CORPUS["router-not-excluded"].make(checkpoint, MODELOPT_LAYOUT)
+    config = json.loads((checkpoint / "config.json").read_text())
+    (checkpoint / "config.json").write_text(json.dumps({**config, "architectures": ["MixtralForCausalLM"]}))
+    assert checked(checkpoint)["findings"] == []
+
+
+def test_nv612_names_the_field_and_what_each_file_says_of_it(tmp_path):
+    checkpoint = copy_of_export(tmp_path / "export")
+    MODELOPT_CORPUS["declaration-files-disagree"].make(checkpoint, MODELOPT_LAYOUT)
+    (finding,) = checked(checkpoint)["findings"]
+    assert (finding["code"], finding["severity"], finding["file"]) == (
+        "NV612",
+        "warning",
+        str(checkpoint / "config.json"),
+    )
+    assert finding["detail"] == (
+        "quant_algo: config.json's quantization_config says NVFP4, hf_quant_config.json says W4A16_NVFP4"
+    )
+    assert finding["why"].startswith("vLLM 0.23, 0.32 and 0.33 and SGLang 0.5.23 serve config.json's")
+
+
+def test_nv612_holds_the_exclusions_as_sets_and_names_each_files(tmp_path):
+    """The exporter lists the same modules in both files; their order is not a disagreement, a missing one is."""
+    checkpoint = copy_of_export(tmp_path / "export")
+    modelopt = json.loads((checkpoint / "hf_quant_config.json").read_text())
+    excluded = modelopt["quantization"]["exclude_modules"]
+    modelopt["quantization"]["exclude_modules"] = excluded[::-1]
+    (checkpoint / "hf_quant_config.json").write_text(json.dumps(modelopt))
+    assert checked(checkpoint)["findings"] == []
+    modelopt["quantization"]["exclude_modules"] = excluded[:-1]
+    (checkpoint / "hf_quant_config.json").write_text(json.dumps(modelopt))
+    (finding,) = checked(checkpoint)["findings"]
+    assert finding["detail"] == (
+        f"the exclusions: config.json's quantization_config says [{', '.join(sorted(excluded))}], "
+        f"hf_quant_config.json says [{', '.join(sorted(excluded[:-1]))}]"
+    )

@@ -223,7 +223,7 @@ def test_docs_example_file_is_read_as_it_says(checkpoint):
         f"config file: {config}",
         f"select: NV101, NV102, NV301, NV302, NV303, NV304, NV305 ({config})",
         f"per-module-ignores: model.visual.* = NV101; re:model\\.layers\\.[0-3]\\.mlp\\.gate = NV601, NV602, "
-        f"NV603, NV604, NV605, NV606, NV607, NV608, NV609 ({config})",
+        f"NV603, NV604, NV605, NV606, NV607, NV608, NV609, NV610, NV611, NV612, NV613 ({config})",
         f"strict: true ({config})",
         f"output-format: github ({config})",
     ]
