@@ -4,6 +4,7 @@ rows are made here as the round-trip tests record them)."""
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 from pathlib import Path
 from types import ModuleType
@@ -98,3 +99,53 @@ def test_plain_from_pretrained_is_in_the_guide_and_in_the_packages_observations(
     rows = [row("transformers-from-pretrained", PLAIN, form, **measured) for form in matrix.FORMS]
     assert guide_row(matrix, rows).startswith(f"| {PLAIN} |")
     assert PLAIN in matrix.observed_module(rows)
+
+
+VLLM = "vLLM 0.32.0 RoutedExperts"
+
+
+def test_a_consumer_that_only_loads_says_it_computes_with_the_reference_weights(matrix):
+    rows = [row("vllm", VLLM, form, weights_error="1.0e-07", same_weights=True) for form in matrix.FORMS]
+    cell = "✅ same weights as the reference"
+    assert guide_row(matrix, rows) == f"| {VLLM} | none | {cell} | {cell} |"
+    assert matrix.consumer_cell(rows[0]) == cell
+
+
+def test_a_consumer_that_only_loads_wrong_weights_says_its_worst_max_relative_error(matrix):
+    rows = [
+        row("vllm", VLLM, "legacy", weights_error="1.0e-07", same_weights=True),
+        row("vllm", VLLM, "format2-to-legacy", weights_error="2.5e-01", same_weights=False),
+        row("vllm", VLLM, "format2", weights_error="1.0e-07", same_weights=True),
+        row("vllm", VLLM, "legacy-migrated", weights_error="1.0e-07", same_weights=True),
+    ]
+    assert guide_row(matrix, rows).endswith(
+        "| ❌ loads, wrong weights (max relative error 2.5e-01) | ✅ same weights as the reference |"
+    )
+    assert matrix.consumer_cell(rows[1]) == "❌ loads, wrong weights (max relative error 2.5e-01)"
+    assert "loads, wrong weights" in matrix.observed_module(rows)
+
+
+def kit_constant(name: str) -> float:
+    """A numeric constant of the test kit's roundtrip.py, read without importing it (it imports torch, which the
+    base suite does not)."""
+    tree = ast.parse((SCRIPT.parents[1] / "testkit" / "scalar_scales_testkit" / "roundtrip.py").read_text())
+    (value,) = (
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [name]
+    )
+    return float(eval(compile(ast.Expression(value), name, "eval"), {}))
+
+
+def test_the_legend_says_these_consumers_outputs_are_not_computed_and_gives_the_test_kits_bar(matrix, tmp_path):
+    rows = [
+        row("vllm", VLLM, form, scheme, weights_error="1.0e-07", same_weights=True)
+        | {"scales_digest": scheme, "scales_scope": "expert global scales", "scales_equal_disk": True, "versions": {}}
+        for scheme in matrix.SCHEMES
+        for form in matrix.FORMS
+    ]
+    legend = " ".join(matrix.render(rows, "a toy", "2026-12-06", tmp_path).split())
+    assert "their outputs are not computed on the CPU" in legend
+    assert f"float32 rounding ({matrix.SAME_WEIGHTS} of each weight's largest value)" in legend
+    base, exponent = matrix.SAME_WEIGHTS.split("^")
+    assert float(base) ** int(exponent) == kit_constant("SAME_WEIGHTS")
