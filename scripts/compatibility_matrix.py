@@ -209,7 +209,9 @@ def table(rows: list[dict[str, Any]], key_columns, cell, schemes: tuple[str, ...
 
 
 def load_cell(row: dict[str, Any]) -> str:
-    return "✅ loads" if row["loads"] else f"❌ fails: `{row['error']}`"
+    if not row["loads"]:
+        return f"❌ fails: `{row['error']}`"
+    return weights(row["details"]) if "same_weights" in row["details"] else "✅ loads"
 
 
 def sglang_section(rows: list[dict[str, Any]]) -> list[str]:
@@ -226,7 +228,10 @@ def sglang_section(rows: list[dict[str, Any]]) -> list[str]:
         "`scalar_scales_testkit.toys` (2 layers, MLA with `q_lora_rank`), `kv_b_proj` in bf16 as SGLang's MLA needs",
         f"it, written by compressed-tensors {', '.join(sorted({r['artifact']['producer'] for r in rows}))}; loaded",
         "by SGLang's own `get_model` on the CPU (tests/sglang_loading/, which also show what happens where the two",
-        "scales differ).",
+        "scales differ). Loading runs no kernel, so the outputs are not computed; where a form loads, its row says",
+        "what SGLang would compute with, as the vLLM rows do: its fused a-projections and routed experts as its",
+        "post-load processing leaves them (one global scale per fused layer, one w13 global scale per expert),",
+        "dequantized by SGLang's own `dequantize_nvfp4`, against the reference weights.",
         "",
         "| consumer | fix | artifact | NVFP4 |",
         "|---|---|---|---|",
