@@ -149,3 +149,23 @@ def test_the_legend_says_these_consumers_outputs_are_not_computed_and_gives_the_
     assert f"float32 rounding ({matrix.SAME_WEIGHTS} of each weight's largest value)" in legend
     base, exponent = matrix.SAME_WEIGHTS.split("^")
     assert float(base) ** int(exponent) == kit_constant("SAME_WEIGHTS")
+
+
+def test_an_sglang_form_that_loads_says_whether_it_computes_with_the_reference_weights(matrix):
+    sglang = "SGLang 0.5.23 DeepseekV3ForCausalLM"
+    loads = row("sglang", sglang, "format2", weights_error="9.7e-08", same_weights=True)
+    wrong = row("sglang", sglang, "legacy-migrated", weights_error="1.0e+00", same_weights=False)
+    fails = row("sglang", sglang, "legacy", error="AssertionError: param.shape=torch.Size([1])")
+    assert matrix.load_cell(loads) == "✅ same weights as the reference"
+    assert matrix.load_cell(wrong) == "❌ loads, wrong weights (max relative error 1.0e+00)"
+    assert matrix.load_cell(fails) == "❌ fails: `AssertionError: param.shape=torch.Size([1])`"
+
+
+def test_sglangs_table_says_its_outputs_are_not_computed_and_what_its_weights_are_compared_with(matrix):
+    rows = [
+        row("sglang", "SGLang 0.5.23 DeepseekV3ForCausalLM", form, weights_error="9.7e-08", same_weights=True)
+        for form in matrix.FORMS
+    ]
+    legend = " ".join(" ".join(matrix.sglang_section(rows)).split())
+    assert "Loading runs no kernel, so the outputs are not computed" in legend
+    assert "dequantized by SGLang's own `dequantize_nvfp4`, against the reference weights" in legend
