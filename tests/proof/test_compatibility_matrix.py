@@ -5,6 +5,7 @@ round-trip and engine tests record them)."""
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 from pathlib import Path
 from types import ModuleType
@@ -280,3 +281,85 @@ def test_the_engines_served_rows_stay_out_of_the_packages_observations(matrix):
     rows += [row("vllm", LAYERS, form, served=True) for form in matrix.FORMS]
     module = matrix.observed_module(rows)
     assert LAYERS in module and ENGINE not in module
+
+
+VLLM = "vLLM 0.32.0 RoutedExperts"
+
+
+COPY = "copy_ into 0-D slots (torch 2.13.0+cpu)"
+
+
+def test_a_consumer_that_only_loads_says_it_computes_with_the_reference_weights(matrix):
+    rows = [row("copy_", COPY, form, weights_error="1.0e-07", same_weights=True) for form in matrix.FORMS]
+    cell = "✅ same weights as the reference"
+    assert guide_row(matrix, rows) == f"| {COPY} | none | {cell} | {cell} |"
+    assert matrix.consumer_cell(rows[0]) == cell
+
+
+def test_a_consumer_that_only_loads_wrong_weights_says_its_worst_max_relative_error(matrix):
+    rows = [
+        row("copy_", COPY, "legacy", weights_error="1.0e-07", same_weights=True),
+        row("copy_", COPY, "format2-to-legacy", weights_error="2.5e-01", same_weights=False),
+        row("copy_", COPY, "format2", weights_error="1.0e-07", same_weights=True),
+        row("copy_", COPY, "legacy-migrated", weights_error="1.0e-07", same_weights=True),
+    ]
+    assert guide_row(matrix, rows).endswith(
+        "| ❌ loads, wrong weights (max relative error 2.5e-01) | ✅ same weights as the reference |"
+    )
+    assert matrix.consumer_cell(rows[1]) == "❌ loads, wrong weights (max relative error 2.5e-01)"
+    assert "loads, wrong weights" in matrix.observed_module(rows)
+
+
+def kit_constant(name: str) -> float:
+    """A numeric constant of the test kit's roundtrip.py, read without importing it (it imports torch, which the
+    base suite does not)."""
+    tree = ast.parse((SCRIPT.parents[1] / "testkit" / "scalar_scales_testkit" / "roundtrip.py").read_text())
+    (value,) = (
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [name]
+    )
+    return float(eval(compile(ast.Expression(value), name, "eval"), {}))
+
+
+def test_the_legend_says_these_consumers_outputs_are_not_computed_and_gives_the_test_kits_bar(matrix, tmp_path):
+    rows = [
+        row("vllm", VLLM, form, scheme, weights_error="1.0e-07", same_weights=True, not_served="ImportError: x")
+        | {"scales_digest": scheme, "scales_scope": "expert global scales", "scales_equal_disk": True, "versions": {}}
+        for scheme in matrix.SCHEMES
+        for form in matrix.FORMS
+    ]
+    legend = " ".join(matrix.render(rows, "a toy", "2026-12-06", tmp_path).split())
+    assert "their outputs are not computed on the CPU" in legend
+    assert f"float32 rounding ({matrix.SAME_WEIGHTS} of each weight's largest value)" in legend
+    base, exponent = matrix.SAME_WEIGHTS.split("^")
+    assert float(base) ** int(exponent) == kit_constant("SAME_WEIGHTS")
+
+
+def test_an_sglang_form_that_loads_says_whether_it_computes_with_the_reference_weights(matrix):
+    sglang = "SGLang 0.5.23 DeepseekV3ForCausalLM"
+    loads = row("sglang", sglang, "format2", weights_error="9.7e-08", same_weights=True)
+    wrong = row("sglang", sglang, "legacy-migrated", weights_error="1.0e+00", same_weights=False)
+    fails = row("sglang", sglang, "legacy", error="AssertionError: param.shape=torch.Size([1])")
+    assert matrix.load_cell(loads) == "✅ same weights as the reference"
+    assert matrix.load_cell(wrong) == "❌ loads, wrong weights (max relative error 1.0e+00)"
+    assert matrix.load_cell(fails) == "❌ fails: `AssertionError: param.shape=torch.Size([1])`"
+
+
+def test_sglangs_table_says_its_outputs_are_not_computed_and_what_its_weights_are_compared_with(matrix):
+    rows = [
+        row("sglang", "SGLang 0.5.23 DeepseekV3ForCausalLM", form, weights_error="9.7e-08", same_weights=True)
+        for form in matrix.FORMS
+    ]
+    legend = " ".join(" ".join(matrix.sglang_section(rows, [])).split())
+    assert "Loading runs no kernel, so the outputs are not computed" in legend
+    assert "dequantized by SGLang's own `dequantize_nvfp4`, against the reference weights" in legend
+
+
+def test_a_vllm_layer_row_gives_the_weights_it_computes_with_and_where_its_output_is_observed(matrix):
+    layers = row("vllm", LAYERS, "legacy", fix="scalar_scales plugin", served=True, weights_error="1.0e-07")
+    layers["details"]["same_weights"] = True
+    assert matrix.consumer_cell(layers) == "✅ same weights as the reference; what it computes: the engine's rows below"
+    guide = [layers | {"artifact": layers["artifact"] | {"form": form}} for form in matrix.FORMS]
+    cell = "✅ same weights as the reference; output: see its engine's row"
+    assert guide_row(matrix, guide) == f"| {LAYERS} | scalar_scales plugin | {cell} | {cell} |"

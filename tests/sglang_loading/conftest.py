@@ -62,8 +62,9 @@ def _loader(workers: Workers, plugins: bool, env: dict[str, str] | None, *, own:
     return workers.own(command, environment) if own else workers.shared(command, environment)
 
 
-def _load_in(worker: Worker, path: Path, draft: bool = False) -> dict[str, Any]:
-    reply = worker.request({"artifact": str(path), "port": free_port(), "draft": draft}, timeout=600)
+def _load_in(worker: Worker, path: Path, draft: bool = False, weights: bool = False) -> dict[str, Any]:
+    request = {"artifact": str(path), "port": free_port(), "draft": draft, "weights": weights}
+    reply = worker.request(request, timeout=600)
     if reply.retried_after:  # a load that ends a process only after others is state they leave: say so
         warnings.warn(f"{path}: loaded again in a new process: {reply.retried_after}", stacklevel=2)
     assert reply.failure is None and reply.result is not None, f"{reply.failure}\n{reply.log[-3000:]}"
@@ -79,11 +80,12 @@ def loaders() -> Iterator[Workers]:
 
 @pytest.fixture(scope="session")
 def load(loaders: Workers) -> Callable[..., dict[str, Any]]:
-    """``load(path, plugins=False, env={}, draft=False)``: what SGLang did with the artifact (as a draft model
-    where ``draft``), as load_artifact.py prints it, and its log as ``log``; loaded in the session's loader
-    process of that plugin setting and environment, named as ``process``, after its ``loads_before`` loads."""
-    return lambda path, plugins=False, env=None, draft=False: _load_in(
-        _loader(loaders, plugins, env, own=False), path, draft
+    """``load(path, plugins=False, env={}, draft=False, weights=False)``: what SGLang did with the artifact (as a
+    draft model where ``draft``; with how far the weights it computes with are from the reference's where
+    ``weights``), as load_artifact.py prints it, and its log as ``log``; loaded in the session's loader process of
+    that plugin setting and environment, named as ``process``, after its ``loads_before`` loads."""
+    return lambda path, plugins=False, env=None, draft=False, weights=False: _load_in(
+        _loader(loaders, plugins, env, own=False), path, draft, weights
     )
 
 
@@ -107,18 +109,19 @@ def loader_process(loaders: Workers) -> Iterator[Callable[..., Callable[[Path], 
 def observed(
     load: Callable[..., dict[str, Any]], artifact: Callable[[str, str], Path]
 ) -> Callable[..., dict[str, Any]]:
-    """``observed("deepseek-v3", "legacy", plugins=False)``: what SGLang did with that artifact, loaded once per
-    session and recorded for docs/compatibility.md."""
+    """``observed("deepseek-v3", "legacy", plugins=False)``: what SGLang did with that artifact, and how far the
+    weights it computes with are from the reference's where it loads, loaded once per session and recorded for
+    docs/compatibility.md."""
     cache: dict[tuple[str, str, bool], dict[str, Any]] = {}
 
     def get(toy: str, form: str, plugins: bool = False) -> dict[str, Any]:
         if (toy, form, plugins) not in cache:
             path = artifact(toy, form)
-            cache[toy, form, plugins] = found = load(path, plugins=plugins)
+            cache[toy, form, plugins] = found = load(path, plugins=plugins, weights=True)
             consumer = f"SGLang {version('sglang')} {MODELS[toy]}"
             error = found["error"].splitlines()[0] if found["error"] else None
             result = Result(consumer, FIXES[plugins], Artifact(PRODUCER, SCHEME, form, path), found["loaded"], error)
-            result.details = {"architecture": MODELS[toy], "fused": list(MLA_A_PROJECTIONS)}
+            result.details = {"architecture": MODELS[toy], "fused": list(MLA_A_PROJECTIONS), **found.get("weights", {})}
             result.record("sglang", versions=installed_versions() | {"sglang": version("sglang")})
         return cache[toy, form, plugins]
 

@@ -19,7 +19,9 @@ loaded, the model's class and the global scales of its fused MLA
 a-projections, what the plugin patched, and where the ``sglang`` imported
 lies; ``architecture``, once SGLang has resolved it, is the model class it
 loads the artifact as. A request's ``draft`` loads the artifact as SGLang
-loads a draft model (whose class is then its draft class, a NextN one).
+loads a draft model (whose class is then its draft class, a NextN one); its
+``weights`` adds, once loaded, how far the weights SGLang computes with are
+from the reference weights (``scalar_scales_testkit.roundtrip.weights_compared``).
 """
 
 from __future__ import annotations
@@ -40,12 +42,15 @@ def start(plugins: bool) -> None:
         load_plugins()
 
 
-def load(artifact: Path, port: int, draft: bool = False) -> dict[str, object]:
-    """What SGLang did with ``artifact`` (as a draft model where ``draft``): the JSON line's object."""
+def load(artifact: Path, port: int, draft: bool = False, weights: bool = False) -> dict[str, object]:
+    """What SGLang did with ``artifact`` (as a draft model where ``draft``; with its weights compared where
+    ``weights``): the JSON line's object."""
     import sglang
 
+    from scalar_scales_testkit.roundtrip import reference_weights, weights_compared
     from scalar_scales_testkit.sglang_cpu import (
         FUSED,
+        computed_weights,
         fused_global_scales,
         load_configured,
         loaded_parameter,
@@ -66,6 +71,9 @@ def load(artifact: Path, port: int, draft: bool = False) -> dict[str, object]:
         result["fused"] = fused_global_scales(model)
         alpha = FUSED.format(0, "alpha")
         result["alpha"] = {alpha: loaded_parameter(model, alpha)} if alpha in dict(model.named_parameters()) else {}
+        if weights:
+            computed = computed_weights(model)
+            result["weights"] = weights_compared(computed, reference_weights(artifact, lambda m: m in computed))
     import sglang_patch
 
     result["patched"] = sglang_patch.is_applied()
@@ -88,7 +96,12 @@ def main() -> None:
         from scalar_scales_testkit.worker import serve
 
         serve(
-            lambda request: load(Path(request["artifact"]), int(request["port"]), bool(request.get("draft"))),
+            lambda request: load(
+                Path(request["artifact"]),
+                int(request["port"]),
+                bool(request.get("draft")),
+                bool(request.get("weights")),
+            ),
             start=lambda: start(plugins),
             reset=reset,
         )

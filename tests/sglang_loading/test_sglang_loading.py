@@ -10,6 +10,9 @@ model's ``load_weights``, post-processing) on the CPU, for DeepSeek-V3
 
 from __future__ import annotations
 
+import shutil
+from typing import Any
+
 import pytest
 
 from scalar_scales_testkit.roundtrip import artifacts_root
@@ -40,11 +43,30 @@ def test_sglang_refuses_a_glm_checkpoint_of_0_d_global_scales(observed, form):
     assert not found["loaded"] and found["error"] == ZERO_D_CAT_FAILURE
 
 
-def test_sglang_keeps_q_a_proj_s_global_scale_and_drops_kv_a_proj_s_without_a_word(load, artifact, copied):
-    q_a, kv_a = with_kv_a_scale_doubled(path := copied(artifact("deepseek-v3", "format2")))
-    found = load(path)
+@pytest.fixture(scope="module")
+def kv_a_doubled(load, artifact, tmp_path_factory) -> tuple[dict[str, Any], float, float]:
+    """SGLang's load, without the plugin, of the DeepSeek-V3 format 2 artifact with layer 0's kv_a_proj weight
+    global scale doubled (its weights compared), and the two scales."""
+    path = shutil.copytree(artifact("deepseek-v3", "format2"), tmp_path_factory.mktemp("kv-a") / "NVFP4-format2")
+    q_a, kv_a = with_kv_a_scale_doubled(path)
+    return load(path, weights=True), q_a, kv_a
+
+
+def test_sglang_keeps_q_a_proj_s_global_scale_and_drops_kv_a_proj_s_without_a_word(kv_a_doubled):
+    found, q_a, kv_a = kv_a_doubled
     assert found["loaded"] and found["fused"][FUSED.format(0, "weight_global_scale")] == [q_a]
     assert q_a != kv_a
+
+
+def test_where_it_drops_kv_a_proj_s_global_scale_sglang_computes_kv_a_proj_with_the_wrong_weights(kv_a_doubled):
+    """kv_a_proj is dequantized with q_a_proj's global scale, half its own: its weights twice the reference's."""
+    found, _, _ = kv_a_doubled
+    assert found["weights"] == {"weights_error": "1.0e+00", "same_weights": False}
+
+
+@pytest.mark.parametrize("form", ["format2", "legacy-migrated"])
+def test_sglang_computes_a_deepseek_checkpoint_of_0_d_global_scales_with_the_reference_weights(observed, form):
+    assert observed("deepseek-v3", form)["weights"]["same_weights"]
 
 
 @pytest.mark.parametrize("toy", MODELS)
@@ -54,6 +76,14 @@ def test_with_the_plugin_every_form_loads_with_the_scales_on_disk(observed, arti
     path = artifact(toy, form)
     assert found["patched"] and found["loaded"]
     assert found["fused"] == fused_scales_on_disk(path, "q_a_proj") == fused_scales_on_disk(path, "kv_a_proj_with_mqa")
+
+
+@pytest.mark.parametrize("toy", MODELS)
+@pytest.mark.parametrize("form", ["legacy", "format2", "legacy-migrated", "format2-to-legacy"])
+def test_with_the_plugin_every_form_computes_with_the_reference_weights(observed, toy, form):
+    """The fused a-projections and the routed experts, as SGLang holds them after its post-load processing (their
+    group scales read back through ``unswizzled``, which this shows right: a wrong inverse scrambles them)."""
+    assert observed(toy, form, plugins=True)["weights"]["same_weights"]
 
 
 @pytest.mark.parametrize(
