@@ -93,7 +93,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import chain, compress, repeat
 from pathlib import Path
-from typing import NamedTuple, NoReturn, TypeGuard
+from typing import Literal, NamedTuple, NoReturn, TypeGuard
 
 from scalar_scales.errors import CheckpointError
 
@@ -102,6 +102,7 @@ __all__ = [
     "LFS_POINTER_START",
     "MAX_HEADER_BYTES",
     "FileIdentity",
+    "Layout",
     "SafetensorsHeader",
     "TensorEntry",
     "ending_with",
@@ -158,6 +159,10 @@ _NEGATIVE_ZERO = re.compile(rb"[\[,:][ \t\n\r]*-0(?![0-9.eE])")
 """``-0`` as a JSON number (or, rarely, as text in a string: that only sends a header the careful way)."""
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 _SHAPE_KEY = re.compile(rb'"shape":\[([^\]]*)\]')
+
+
+Layout = Literal["scalar", "legacy"]
+"""How a checkpoint writes its per-tensor scales: 0-D (``scalar``) or (1,) (``legacy``)."""
 
 
 class TensorEntry(NamedTuple):
