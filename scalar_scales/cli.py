@@ -34,7 +34,6 @@ import json
 import os
 import signal
 import sys
-import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import replace
@@ -375,15 +374,17 @@ def _say_error(message: str) -> None:
 
 @contextmanager
 def _sigterm_raises() -> Iterator[None]:
-    """SIGTERM ends the run as Ctrl-C does, where this is the main thread (a signal handler can be set only there)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+    """SIGTERM ends the run as Ctrl-C does, where this is the main thread: a signal handler can be set only there,
+    and elsewhere setting one is refused (ValueError), which tells the thread without importing ``threading``."""
 
     def raise_interrupted(number: int, frame: object) -> None:
         raise Interrupted(number)
 
-    previous = signal.signal(signal.SIGTERM, raise_interrupted)
+    try:
+        previous = signal.signal(signal.SIGTERM, raise_interrupted)
+    except ValueError:  # not the main thread
+        yield
+        return
     try:
         yield
     finally:

@@ -2,6 +2,8 @@
 plan its one-byte-per-scale edit, decode a scale's value, replace a file durably, and edit ``config.json``'s
 marker changing no other byte."""
 
+from typing import TYPE_CHECKING
+
 from scalar_scales.files.config_marker import (
     MarkerEdit,
     plan_format_version,
@@ -14,6 +16,7 @@ from scalar_scales.files.header import (
     DTYPE_BITS,
     MAX_HEADER_BYTES,
     FileIdentity,
+    Layout,
     SafetensorsHeader,
     TensorEntry,
     ending_with,
@@ -22,9 +25,11 @@ from scalar_scales.files.header import (
     parse_header,
     read_header,
 )
-from scalar_scales.files.header_edit import HeaderEdit, Layout, plan_header_edit
 from scalar_scales.files.json_document import MAX_JSON_BYTES, json_object, read_json_object
 from scalar_scales.files.scalars import decode_scalar, read_scalars
+
+if TYPE_CHECKING:
+    from scalar_scales.files.header_edit import HeaderEdit, plan_header_edit
 
 __all__ = [
     "DTYPE_BITS",
@@ -56,3 +61,16 @@ __all__ = [
     "with_format_version",
     "write_planned",
 ]
+
+
+_EDIT_NAMES = frozenset({"HeaderEdit", "plan_header_edit"})
+
+
+def __getattr__(name: str) -> object:
+    """The header editor's names, imported when first asked for: only ``migrate`` edits, and a check need not
+    import it."""
+    if name in _EDIT_NAMES:
+        from scalar_scales.files import header_edit
+
+        return getattr(header_edit, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -89,11 +89,11 @@ import re
 import struct
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import chain, compress, repeat
 from pathlib import Path
-from typing import NamedTuple, NoReturn, TypeGuard
+from typing import Literal, NamedTuple, NoReturn, TypeGuard
 
 from scalar_scales.errors import CheckpointError
 
@@ -102,6 +102,7 @@ __all__ = [
     "LFS_POINTER_START",
     "MAX_HEADER_BYTES",
     "FileIdentity",
+    "Layout",
     "SafetensorsHeader",
     "TensorEntry",
     "ending_with",
@@ -160,6 +161,10 @@ _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 _SHAPE_KEY = re.compile(rb'"shape":\[([^\]]*)\]')
 
 
+Layout = Literal["scalar", "legacy"]
+"""How a checkpoint writes its per-tensor scales: 0-D (``scalar``) or (1,) (``legacy``)."""
+
+
 class TensorEntry(NamedTuple):
     """One tensor as the header describes it; offsets are relative to the data section."""
 
@@ -174,6 +179,7 @@ class TensorEntry(NamedTuple):
 class SafetensorsHeader:
     """A validated header, held column-wise: entry ``i`` is ``names[i]``, ``dtypes[i]``, ...
 
+    ``length`` is the header's length in bytes, as its first 8 declare.
     ``shape_spans`` gives for each entry the byte range inside ``raw``
     between the brackets of its shape, where the header proves it (see the
     module's docstring: a plain header with every shape written
@@ -182,11 +188,12 @@ class SafetensorsHeader:
     is a local :class:`Path`, or the ``hf://`` address (a string) of a
     remote file read by range requests. ``identity``, for a local file, is
     the one that was read (:func:`file_identity`), so that an edit can tell
-    it still has it.
+    it still has it. ``kept`` holds the header's bytes where they cannot be
+    read again (a remote file, git's staging area); see :attr:`raw`.
     """
 
     path: Path | str
-    raw: bytes
+    length: int
     names: list[str]
     dtypes: list[str]
     shapes: list[tuple[int, ...]]
@@ -195,10 +202,30 @@ class SafetensorsHeader:
     metadata: dict[str, str] | None
     plain: bool = False
     identity: FileIdentity | None = None
+    kept: bytes | None = field(default=None, repr=False, compare=False)
 
     @property
     def data_start(self) -> int:
-        return 8 + len(self.raw)
+        return 8 + self.length
+
+    @cached_property
+    def raw(self) -> bytes:
+        """The header's bytes, which only an edit needs: those kept, or else read again from the local file, which
+        must still be the one read. A check never edits, and a large MoE's headers, kept, took it 4,000 page
+        faults of new memory (benchmarks/check.md)."""
+        if self.kept is not None:
+            return self.kept
+        assert isinstance(self.path, Path), "a header of a remote file keeps its bytes"
+        try:
+            with open(self.path, "rb") as f:
+                unchanged = file_identity(os.fstat(f.fileno())) == self.identity
+                f.seek(8)
+                raw = f.read(self.length)
+        except OSError as exc:
+            raise CheckpointError(self.path, f"cannot read: {exc.strerror or exc}") from None
+        if not unchanged or len(raw) != self.length:
+            raise CheckpointError(self.path, "changed since this run read it; not edited")
+        return raw
 
     @cached_property
     def shape_spans(self) -> list[tuple[int, int]] | None:
@@ -322,7 +349,7 @@ def parse_header(
             _validate(path, columns, data_size)
     return SafetensorsHeader(
         path=path,
-        raw=raw,
+        length=len(raw),
         names=columns.names,
         dtypes=columns.dtypes,
         shapes=columns.shapes,
@@ -331,6 +358,7 @@ def parse_header(
         metadata=columns.metadata,
         plain=columns.plain,
         identity=identity,
+        kept=None if identity is not None and isinstance(path, Path) else raw,
     )
 
 

@@ -27,14 +27,11 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from scalar_scales.errors import CheckpointError
-from scalar_scales.files.header import FileIdentity, SafetensorsHeader
+from scalar_scales.files.header import FileIdentity, Layout, SafetensorsHeader
 
 __all__ = ["HeaderEdit", "Layout", "plan_header_edit"]
-
-Layout = Literal["scalar", "legacy"]
 
 # A tensor entry is an object of strings and integer lists: no nested braces.
 _ENTRY = re.compile(rb'"([^"\\]*(?:\\.[^"\\]*)*)"\s*:\s*\{([^{}]*)\}')

@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import warnings
 
 import pytest
@@ -49,6 +50,17 @@ def test_the_cli_imports_no_torch():
     code = "import sys, scalar_scales.cli, scalar_scales.sources; print('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+def test_a_check_imports_neither_the_header_editor_nor_threading(checkpoint):
+    """What only ``migrate`` (the header editor) or another thread needs is not on a check's start-up."""
+    code = (
+        "import sys, contextlib, io, scalar_scales.cli; out = io.StringIO()\n"
+        f"with contextlib.redirect_stdout(out): scalar_scales.cli.main(['check', {str(checkpoint)!r}])\n"
+        "print(sorted({'scalar_scales.files.header_edit', 'threading'} & set(sys.modules)))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
 
 
 def refusal(*args: str) -> str:
@@ -103,6 +115,18 @@ def test_an_unknown_command_like_no_other_is_refused_naming_the_commands():
 
 def test_an_extra_argument_is_refused():
     assert "unrecognized argument 'Y'" in refusal("migrate", "X", "Y")
+
+
+def test_the_command_runs_in_a_thread_other_than_the_main_one_leaving_sigterm_as_it_was(checkpoint, capsys):
+    """Only the main thread may set a signal handler: elsewhere the command runs without turning SIGTERM into an
+    interrupt."""
+    before = signal.getsignal(signal.SIGTERM)
+    codes: list[int] = []
+    thread = threading.Thread(target=lambda: codes.append(main(["check", str(checkpoint), "--statistics"])))
+    thread.start()
+    thread.join()
+    assert codes == [0] and signal.getsignal(signal.SIGTERM) is before
+    assert "NV101" in capsys.readouterr().out
 
 
 # The test kit's in-process runner, which most tests of what the command decides use: what a process gives.

@@ -36,6 +36,20 @@ def test_compact_headers_record_where_each_shape_is(tmp_path):
     assert [header.raw[b - 1 : e + 1] for b, e in header.shape_spans] == [b"[1]", b"[2,2]", b"[1]"]
 
 
+def test_a_local_header_keeps_none_of_its_bytes_until_an_edit_reads_them_again(tmp_path):
+    header = write(tmp_path, ENTRIES)
+    assert header.kept is None
+    assert header.raw == header.path.read_bytes()[8 : header.data_start]
+
+
+def test_an_edit_of_a_file_changed_since_it_was_read_is_refused(tmp_path):
+    header = write(tmp_path, ENTRIES)
+    with header.path.open("ab") as f:
+        f.write(bytes(8))
+    with pytest.raises(CheckpointError, match="changed since this run read it; not edited"):
+        plan_header_edit(header, scales(header), "scalar")
+
+
 def test_to_scalar_turns_each_1_into_a_space(tmp_path):
     header = write(tmp_path, ENTRIES)
     edit = plan_header_edit(header, scales(header), "scalar")
