@@ -77,7 +77,7 @@ class Change(NamedTuple):
         return f"{self.label}: {self.before} -> {self.after}"
 
 
-ENGINES = ("transformers", "vllm", "sglang")
+ENGINES = ("transformers", "transformers-from-pretrained", "vllm", "sglang")
 """The families of consumers people serve or load models with; the round trip's other one, a loader that copies
 each scale into a 0-D slot, stands for loaders in general, and NV101 already says what it does with (1,)."""
 
