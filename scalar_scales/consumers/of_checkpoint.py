@@ -81,8 +81,10 @@ class Change(NamedTuple):
 
 
 ENGINES = ("transformers", "transformers-from-pretrained", "vllm", "sglang")
-"""The families of consumers people serve or load models with; the round trip's other one, a loader that copies
-each scale into a 0-D slot, stands for loaders in general, and NV101 already says what it does with (1,)."""
+"""The families of consumers people serve or load models with (transformers as the test kit loads a quantizable
+MoE and as plain ``from_pretrained`` loads it, whose refusals differ, vLLM, SGLang); the round trip's other one, a
+loader that copies each scale into a 0-D slot, stands for loaders in general, and NV101 already says what it does
+with (1,)."""
 
 
 def scales_layout(scan: CheckpointScan) -> Layout | None:
