@@ -182,11 +182,13 @@ def marker_disagrees(checkpoint: CheckpointView) -> Iterator[Found]:
         Every global scale is 0-D, as vLLM wants them, but
         config.json does not declare `format_version` 2: compressed-tensors 0.20.1's
         ModelOpt converter writes checkpoints so, and a tool that rewrites config.json
-        drops the key. vLLM and transformers load it (the round trip in
-        [compatibility.md](compatibility.md)); SGLang 0.5.23's GLM-4-MoE-Lite
-        loader refuses 0-D scales where it fuses MLA a-projections
-        ([sglang.md](sglang.md)). **Fix:** `scalar-scales migrate PATH`
-        sets the marker.
+        drops the key. vLLM loads it (the round trip in
+        [compatibility.md](compatibility.md)); transformers 5.25.0's plain
+        `from_pretrained` refuses 0-D global scales, and so does SGLang 0.5.23's
+        GLM-4-MoE-Lite loader where it fuses MLA a-projections
+        ([sglang.md](sglang.md)): the report's `Not loaded by` lines name each
+        engine observed not to load the checkpoint. **Fix:** `scalar-scales
+        migrate PATH` sets the marker.
         """,
 )
 def marker_missing(checkpoint: CheckpointView) -> Iterator[Found]:
@@ -196,7 +198,7 @@ def marker_missing(checkpoint: CheckpointView) -> Iterator[Found]:
             None,
             config,
             f"every global scale is 0-D, as vLLM wants them, but config.json does not declare {FORMAT_VERSION_KEY} 2",
-            "compressed-tensors' ModelOpt converter writes checkpoints so; vLLM and transformers load it",
+            "compressed-tensors' ModelOpt converter writes checkpoints so; vLLM loads it",
         )
 
 

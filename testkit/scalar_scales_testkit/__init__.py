@@ -8,6 +8,7 @@
 - ``synthetic``: a DeepSeek-V4-Flash-shaped NVFP4 checkpoint written without torch.
 - ``replicas``: tiny checkpoints written to a reported checkpoint's header layout.
 - ``reported``: failures users reported in public threads, as replicas, with what ``check`` must say of each.
+- ``refusals``: the engines' refusals ``check`` prints of a checkpoint, from the package's observations.
 - ``producer``: the toy quantized through each llm-compressor save path, and loaded for reference.
 - ``roundtrip``: the round trip's artifacts, its fixed prompts and the results it records.
 - ``sglang_cpu``: SGLang's own ``get_model`` run on the CPU.
@@ -26,6 +27,7 @@ __all__ = [
     "engine",
     "hub_server",
     "producer",
+    "refusals",
     "replicas",
     "reported",
     "roundtrip",

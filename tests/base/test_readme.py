@@ -36,15 +36,17 @@ def test_the_readmes_session_is_what_the_command_prints(tmp_path):
     """The README's `check`, `migrate` and `check` again of `my-model`, a small checkpoint as llm-compressor's
     NVFP4 presets write it (legacy (1,) scales, 2 layers of 4 experts, as the README says), run in that order in
     the folder that holds it, print what the README shows, line for line, and exit 0, as it says the first check
-    does. A change to the report, to migrate's lines or to the round trip's observations fails here: run the
-    commands as this test does and paste what they print."""
+    does. A change to the report, to migrate's lines or to the round trip's observations fails here:
+    scripts/readme_sessions.py runs the commands as this test does and writes what they print."""
     make_checkpoint(tmp_path / "my-model", layers=2, experts=4)
     runs = sessions()
     assert [shlex.join(arguments) for arguments, _ in runs] == ["check my-model", "migrate my-model", "check my-model"]
     for arguments, shown in runs:
         result = run_cli_in_process(*arguments, cwd=tmp_path, env={"COLUMNS": None, "FORCE_COLOR": None})
         assert (result.returncode, result.stderr) == (0, ""), result
-        assert result.stdout == shown, f"README.md's `scalar-scales {shlex.join(arguments)}` is stale"
+        assert result.stdout == shown, (
+            f"README.md's `scalar-scales {shlex.join(arguments)}` is stale: run scripts/readme_sessions.py"
+        )
 
 
 def test_the_readmes_first_lines_tell_the_users_job():

@@ -12,8 +12,9 @@ import pytest
 from scalar_scales.doctor import RULES
 from scalar_scales.nvfp4 import COMPRESSED_TENSORS_LAYOUT
 from scalar_scales.sources import INDEX_NAME, read_headers
-from scalar_scales_testkit.broken import EXPERT, clean_checkpoint, rewrite_shard, shard_of
+from scalar_scales_testkit.broken import EXPERT, clean_checkpoint, rewrite_shard, shard_of, to_modelopt
 from scalar_scales_testkit.cli import run_cli_in_process, shards
+from scalar_scales_testkit.refusals import not_loaded_lines, observed_not_to_load, refused
 
 
 def set_scale_value(checkpoint, suffix: str, index: int, value: float) -> str:
@@ -50,13 +51,15 @@ CHECKED = "Checked 24 NVFP4 modules (config group group_0, nvfp4-pack-quantized 
 
 
 def test_a_clean_checkpoint_exits_0_saying_what_was_checked(clean):
+    """With the engines observed not to load its 0-D scales, which are no finding (test_engines.py)."""
     result = run_cli_in_process("check", clean)
     assert result.returncode == 0
     assert result.stdout.splitlines() == [
         f"{clean}: 3 shards, nvfp4-pack-quantized, format_version 2, 48 global scales (0 (1,), 48 0-D)",
         CHECKED,
+        *not_loaded_lines(clean),
         f"All checks passed: no finding from {len(COMPRESSED_TENSORS_RULES)} rules on 24 NVFP4 modules and 48 global "
-        "scales.",
+        f"scales.{observed_not_to_load(clean)}",
     ]
 
 
@@ -123,6 +126,8 @@ def test_quiet_prints_the_findings_without_the_heading_or_the_summary(checkpoint
 
 
 def test_quiet_prints_nothing_for_a_checkpoint_without_findings_and_keeps_the_exit_code(clean):
+    """A ModelOpt one, which no engine's refusal is judged by (--quiet keeps a refusal: test_engines.py)."""
+    to_modelopt(clean)
     result = run_cli_in_process("check", clean, "--quiet", "--strict")
     assert (result.returncode, result.stdout) == (0, "")
 
@@ -215,7 +220,8 @@ def test_0_d_scales_without_the_marker_are_information_that_strict_lets_pass(cle
     (clean / "config.json").write_text(json.dumps(config))
     result = run_cli_in_process("check", clean, "--json")
     assert [(f["code"], f["severity"], f["effect"]) for f in findings(result)] == [("NV103", "info", "none")]
-    assert (result.returncode, run_cli_in_process("check", clean, "--strict").returncode) == (0, 0)
+    strict = run_cli_in_process("check", clean, "--strict").returncode
+    assert (result.returncode, strict) == (0, int(refused(clean))), "--strict fails an engine's refusal alone"
 
 
 @pytest.mark.parametrize(
@@ -558,7 +564,7 @@ def test_a_model_class_in_the_targets_leaves_the_class_rules_unapplied_and_says_
         "; NV601, NV602, NV603, NV604 not applied: the config names classes a checkpoint does not show "
         "(Qwen3MoeTopKRouter)."
     )
-    assert lines[2].startswith(f"All checks passed: no finding from {len(COMPRESSED_TENSORS_RULES) - 4} rules")
+    assert lines[-1].startswith(f"All checks passed: no finding from {len(COMPRESSED_TENSORS_RULES) - 4} rules")
 
 
 def test_a_shard_that_is_still_a_git_lfs_pointer_is_refused_in_one_line_saying_to_pull(clean):

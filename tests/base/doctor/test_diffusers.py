@@ -15,6 +15,7 @@ from scalar_scales.sources import DIFFUSERS_INDEX_NAME, DIFFUSERS_SINGLE_FILE_NA
 from scalar_scales_testkit.cli import run_cli_in_process
 from scalar_scales_testkit.diffusion import wan_transformer
 from scalar_scales_testkit.publishing import commit_all, git, git_repository
+from scalar_scales_testkit.refusals import observed_not_to_load
 
 APPLIED = [code for code, rule in RULES.items() if rule.is_about(COMPRESSED_TENSORS_LAYOUT)]
 """The rules applied to a compressed-tensors checkpoint, a diffusers folder too."""
@@ -45,10 +46,11 @@ def test_a_sharded_diffusers_folder_is_read_by_its_index_and_shard_names(tmp_pat
 
 
 def test_equal_scales_in_every_attention_are_clean(tmp_path):
-    result = run_cli_in_process("check", wan_transformer(tmp_path / "transformer"))
+    result = run_cli_in_process("check", folder := wan_transformer(tmp_path / "transformer"))
     assert result.returncode == 0
     assert result.stdout.splitlines()[-1] == (
         f"All checks passed: no finding from {len(APPLIED)} rules on 12 NVFP4 modules and 24 global scales."
+        + observed_not_to_load(folder)
     )
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from scalar_scales_testkit.broken import rewrite_shard, shard_of
+from scalar_scales_testkit.broken import mla_checkpoint, rewrite_shard, shard_of
 from scalar_scales_testkit.cli import make_checkpoint, run_cli_in_process
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "check.md"
@@ -54,3 +54,10 @@ def test_the_documented_report_of_a_clean_checkpoint_is_printed(in_tmp):
     assert run_cli_in_process("migrate", "ckpt").returncode == 0
     printed = check_text("ckpt")
     assert printed == documented_report("ckpt: 3 shards, nvfp4-pack-quantized, format_version 2")
+
+
+def test_the_documented_report_of_a_checkpoint_engines_do_not_load_is_printed(in_tmp):
+    """The GLM-4-MoE-Lite checkpoint with 0-D scales in its fused MLA a-projections, of "Engines that do not load
+    it"."""
+    mla_checkpoint(in_tmp / "glm", "Glm4MoeLiteForCausalLM")
+    assert check_text("glm") == documented_report("glm: 3 shards")
