@@ -38,14 +38,12 @@ class Refusal(NamedTuple):
 
 class Change(NamedTuple):
     """What a migration changes for one consumer, with one fix or none; ``kept_by``: the fixes of that consumer with
-    which it loads checkpoints of either shape alike, so that nothing changes for it; ``failing_with``: those with
-    which it does not load the new shape either, so that none keeps it loading where it stops."""
+    which it loads checkpoints of either shape alike, so that nothing changes for it."""
 
     observation: Observation
     before: Outcome
     after: Outcome
     kept_by: tuple[str, ...] = ()
-    failing_with: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
@@ -64,8 +62,7 @@ class Change(NamedTuple):
         that is what a user must know; then how, in the observation's own words."""
         before, after = self.before, self.after
         if self.breaks:
-            either = f"; {' or '.join(self.failing_with)} does not load it either" if self.failing_with else ""
-            said = f"stops loading it: {after.note}{either}"
+            said = f"stops loading it: {after.note}"
         elif after.loads and not before.loads:
             said = f"starts loading it (it failed: {before.note})"
         elif not after.loads:
@@ -129,10 +126,7 @@ def changes(scan: CheckpointScan, to: Layout) -> list[Change]:
     if layout is None or layout == to:
         return []
     observations = observations_of(scan)
-    found = (
-        Change(o, o.outcome(layout), o.outcome(to), _kept_by(observations, o), _failing_with(observations, o, to))
-        for o in observations
-    )
+    found = (Change(o, o.outcome(layout), o.outcome(to), _kept_by(observations, o)) for o in observations)
     return [change for change in found if change.before != change.after]
 
 
@@ -180,16 +174,6 @@ def _kept_by(observations: list[Observation], changing: Observation) -> tuple[st
         o.fix
         for o in observations
         if o.consumer == changing.consumer and o.fix != NO_FIX and o.legacy.loads and o.legacy == o.scalar
-    )
-
-
-def _failing_with(observations: list[Observation], changing: Observation, to: Layout) -> tuple[str, ...]:
-    """The fixes of ``changing``'s consumer with which it does not load ``to``'s shape either (compressed_tensors_patch
-    on a transformers it does not support), where ``changing`` is the consumer as released."""
-    if changing.fix != NO_FIX:
-        return ()
-    return tuple(
-        o.fix for o in observations if o.consumer == changing.consumer and o.fix != NO_FIX and not o.outcome(to).loads
     )
 
 

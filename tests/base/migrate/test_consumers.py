@@ -52,18 +52,6 @@ def test_a_consumer_that_stops_loading_a_migrated_checkpoint_is_named_first_with
     assert lines[1].startswith(f"  {stopping.consumer}: stops loading it: {stopping.scalar.note}")
 
 
-def test_a_consumer_that_stops_loading_it_names_its_fixes_that_do_not_load_it_either(checkpoint):
-    """Where a consumer stops loading the checkpoint, the fixes it was observed with that fail on 0-D scales too
-    (compressed_tensors_patch, which refuses a transformers it does not support) are named, so that none is taken
-    for a way to keep it loading; and the line says nothing of fixes where none fails so."""
-    lines = run_cli_in_process("migrate", checkpoint).stdout.splitlines()
-    for consumer in stopping_at_0_d():
-        (released_as,) = (o for o in OBSERVED if o.consumer == consumer and o.fix == NO_FIX)
-        failing = [o.fix for o in OBSERVED if o.consumer == consumer and o.fix != NO_FIX and not o.scalar.loads]
-        either = f"; {' or '.join(failing)} does not load it either" if failing else ""
-        assert line_of(lines, consumer) == f"  {consumer}: stops loading it: {released_as.scalar.note}{either}"
-
-
 def test_migrating_names_transformers_without_the_patch_whose_decompression_changes(checkpoint):
     lines = run_cli_in_process("migrate", checkpoint).stdout.splitlines()
     transformers = ", ".join(transformers_without_the_patch())
