@@ -161,13 +161,16 @@ NO_KERNEL = "vLLM's engine has no NVFP4 kernel on the CPU"
 """Why no row observes what vLLM computes without the plugin (tests/engine/test_serve.py switches it off)."""
 
 
-def engine_note(row: dict[str, Any]) -> str:
-    """Where a vLLM layer row's output is observed: its engine's rows, or nowhere, and why."""
-    if row["details"].get("served") and row["fix"] != "none":
-        return "what it computes: the engine's rows below"
-    if row["details"].get("served"):
-        return f"what it computes: not observed without the plugin ({NO_KERNEL}; the engine's rows below are with it)"
-    return f"what it computes: not observed, no engine runs on this CPU ({code(row['details']['not_served'])})"
+def engine_note(row: dict[str, Any], *, why: bool = True) -> str:
+    """Where a vLLM layer row's output is observed: its engine's rows, or nowhere, and why (the import's error,
+    where ``why``)."""
+    details = row["details"]
+    if details.get("served") and row["fix"] != "none":
+        return "what it computes: its engine's rows"
+    if details.get("served"):
+        return f"what it computes: not observed without the plugin ({NO_KERNEL})"
+    error = f" ({code(details['not_served'])})" if why else ""
+    return f"what it computes: not observed, no engine runs on this CPU{error}"
 
 
 def served_cell(row: dict[str, Any]) -> str:
@@ -338,7 +341,8 @@ def served_section(rows: list[dict[str, Any]]) -> list[str]:
         "",
         "vLLM's engine serving each artifact on the CPU as `vllm serve` would (`vllm.LLM`, bf16, eager), the",
         f"artifacts written by compressed-tensors {producers}. vLLM has no NVFP4 kernel on",
-        "the CPU and, without the plugin, refuses to serve NVFP4 (shown for the legacy artifact); the plugin's",
+        "the CPU and, without the plugin, refuses to serve NVFP4 (tests/engine/test_serve.py shows it for the legacy",
+        "artifact); the plugin's",
         "emulation computes NVFP4 as compressed-tensors does (tests/engine/test_serve.py). Measured as above: the",
         "prompt logits against the reference logits, judged in float32: each scheme's legacy artifact served in",
         "float32 against the reference's float32 logits (the same weights; within 1e-05 is float32's rounding in",
@@ -517,28 +521,28 @@ def largest(rows: list[dict[str, Any]], detail: str) -> str | None:
 
 def computed_cell(rows: list[dict[str, Any]]) -> str:
     """A ``COMPUTED`` family's guide cell: what every artifact of one shape computed where all load, and by
-    how much the worst missed the reference; which is right is the reference, (1,) and patched 0-D alike."""
+    how much the worst missed the reference; which is right is the reference, (1,) and patched 0-D alike. A served
+    form whose logits are not its legacy form's is said so (its float32 distance is its legacy form's)."""
     wrong = [r for r in rows if not r["details"]["same_output"]]
     if not wrong:
         return "✅ same output as the reference"
-    if float32 := largest(wrong, "float32_error"):
-        measured = [f"float32 logits up to {float32} from the reference"]
-    else:
-        measured = [f"logits up to {largest(wrong, 'logits_error')} from the reference"]
+    differ = [r for r in wrong if r["details"].get("as_legacy") is False]
+    far = [r for r in wrong if r not in differ]
+    measured = ["logits differ from the legacy form's"] if differ else []
+    if far and (float32 := largest(far, "float32_error")):
+        measured.append(f"float32 logits up to {float32} from the reference")
+    elif far:
+        measured.append(f"logits up to {largest(far, 'logits_error')} from the reference")
     if experts := largest(wrong, "experts_error"):
         measured.append(f"experts' weights up to {experts} from the unquantized")
-    if weights := largest(wrong, "max_relative_difference"):
-        measured.append(f"weights up to {weights} from the reference's (legacy's)")
+    if weights_error := largest(wrong, "max_relative_difference"):
+        measured.append(f"weights up to {weights_error} from the reference's (legacy's)")
     return f"❌ loads, wrong output: {', '.join(measured)}"
 
 
 def weights_cell(rows: list[dict[str, Any]]) -> str:
-    """A guide cell of a consumer that only loads: the reference's weights for every artifact of one shape, or the
-    worst artifact's distance from them."""
-    wrong = [r for r in rows if not r["details"]["same_weights"]]
-    if not wrong:
-        return "✅ same weights as the reference"
-    return f"❌ loads, wrong weights (max relative error {largest(wrong, 'weights_error')})"
+    """A guide cell of a consumer that only loads: :func:`weights` of the worst artifact of one shape."""
+    return weights(max(rows, key=lambda r: float(r["details"]["weights_error"]))["details"])
 
 
 def guide_cell(rows: list[dict[str, Any]]) -> str:
@@ -555,11 +559,7 @@ def guide_cell(rows: list[dict[str, Any]]) -> str:
         cell = "✅ loads" + (f", ⚠️ {note}" if note else "")
     if rows[0]["family"] != "vllm":
         return cell
-    if not all(r["details"].get("served") for r in rows):
-        return f"{cell}; output: not observed (no engine on this CPU)"
-    if rows[0]["fix"] == "none":
-        return f"{cell}; output: not observed without the plugin ({NO_KERNEL})"
-    return f"{cell}; output: see its engine's row"
+    return f"{cell}; {engine_note(rows[0], why=False)}"
 
 
 def decision_guide(rows: list[dict[str, Any]]) -> list[str]:

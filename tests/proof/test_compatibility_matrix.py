@@ -233,9 +233,9 @@ def test_the_served_section_shows_every_form_of_both_schemes(matrix):
 
 def test_a_vllm_row_with_the_plugin_whose_engine_ran_points_to_the_engines_rows(matrix):
     layers = row("vllm", LAYERS, "legacy", fix="scalar_scales plugin", served=True)
-    assert matrix.consumer_cell(layers) == "✅ loads, scales = disk; what it computes: the engine's rows below"
+    assert matrix.consumer_cell(layers) == "✅ loads, scales = disk; what it computes: its engine's rows"
     guide = [row("vllm", LAYERS, form, fix="scalar_scales plugin", served=True) for form in matrix.FORMS]
-    cell = "✅ loads; output: see its engine's row"
+    cell = "✅ loads; what it computes: its engine's rows"
     assert guide_row(matrix, guide) == f"| {LAYERS} | scalar_scales plugin | {cell} | {cell} |"
 
 
@@ -243,10 +243,10 @@ def test_a_vllm_row_without_the_plugin_says_its_output_is_not_observed_as_the_en
     layers = row("vllm", LAYERS, "legacy", served=True)
     assert matrix.consumer_cell(layers) == (
         "✅ loads, scales = disk; what it computes: not observed without the plugin (vLLM's engine has no NVFP4 "
-        "kernel on the CPU; the engine's rows below are with it)"
+        "kernel on the CPU)"
     )
     guide = [row("vllm", LAYERS, form, served=True) for form in matrix.FORMS]
-    cell = "✅ loads; output: not observed without the plugin (vLLM's engine has no NVFP4 kernel on the CPU)"
+    cell = "✅ loads; what it computes: not observed without the plugin (vLLM's engine has no NVFP4 kernel on the CPU)"
     assert guide_row(matrix, guide) == f"| {LAYERS} | none | {cell} | {cell} |"
 
 
@@ -257,7 +257,7 @@ def test_a_vllm_row_whose_engine_cannot_run_here_says_its_output_is_not_observed
         f"✅ loads, scales = disk; what it computes: not observed, no engine runs on this CPU (`{error}`)"
     )
     guide = [row("vllm", "vLLM 0.23.0 FusedMoE", form, not_served=error) for form in matrix.FORMS]
-    assert guide_row(matrix, guide).endswith("| ✅ loads; output: not observed (no engine on this CPU) |")
+    assert guide_row(matrix, guide).endswith("| ✅ loads; what it computes: not observed, no engine runs on this CPU |")
 
 
 def test_a_vllm_row_that_says_its_engine_ran_needs_that_engines_rows(matrix):
@@ -359,7 +359,13 @@ def test_sglangs_table_says_its_outputs_are_not_computed_and_what_its_weights_ar
 def test_a_vllm_layer_row_gives_the_weights_it_computes_with_and_where_its_output_is_observed(matrix):
     layers = row("vllm", LAYERS, "legacy", fix="scalar_scales plugin", served=True, weights_error="1.0e-07")
     layers["details"]["same_weights"] = True
-    assert matrix.consumer_cell(layers) == "✅ same weights as the reference; what it computes: the engine's rows below"
+    assert matrix.consumer_cell(layers) == "✅ same weights as the reference; what it computes: its engine's rows"
     guide = [layers | {"artifact": layers["artifact"] | {"form": form}} for form in matrix.FORMS]
-    cell = "✅ same weights as the reference; output: see its engine's row"
+    cell = "✅ same weights as the reference; what it computes: its engine's rows"
     assert guide_row(matrix, guide) == f"| {LAYERS} | scalar_scales plugin | {cell} | {cell} |"
+
+
+def test_the_engines_guide_row_says_a_form_whose_logits_are_not_its_legacy_forms(matrix):
+    rows = [served(form) for form in matrix.FORMS if form != "format2"]
+    rows.append(served("format2", same_output=False, as_legacy=False))
+    assert "| ❌ loads, wrong output: logits differ from the legacy form's |" in guide_row(matrix, rows)
