@@ -169,10 +169,18 @@ def reference_weights(
 def weights_compared(computed: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> dict[str, Any]:
     """How far the weights a consumer computes with are from ``reference_weights``, for ``Result.details``: the
     largest |w - w_ref| of a module over the largest |w_ref| of that module, the worst module's
-    (``weights_error``), and whether that is within float32 rounding (``same_weights``)."""
+    (``weights_error``, the module ``worst_module``), and whether that is within float32 rounding
+    (``same_weights``)."""
     assert computed and computed.keys() == reference.keys(), "the consumer's weights are not the reference's modules"
-    error = max(((computed[n].float() - reference[n]).abs().max() / reference[n].abs().max()).item() for n in reference)
-    return {"weights_error": f"{error:.1e}", "same_weights": error <= SAME_WEIGHTS}
+    errors = {
+        n: ((computed[n].float() - reference[n]).abs().max() / reference[n].abs().max()).item() for n in reference
+    }
+    worst = max(errors, key=errors.__getitem__)
+    return {
+        "weights_error": f"{errors[worst]:.1e}",
+        "same_weights": errors[worst] <= SAME_WEIGHTS,
+        "worst_module": worst,
+    }
 
 
 def checkpoint_tensors(path: Path, keep: Callable[[str], bool]) -> dict[str, torch.Tensor]:
@@ -220,8 +228,7 @@ def recorded_loads(load: Callable[[Artifact, bool], Result], family: str) -> Cal
 
 def error_line(error: BaseException) -> str:
     """The first line of an error, without addresses or temporary paths, as the matrix shows it."""
-    line = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-    return re.sub(r"0x[0-9a-f]+|/\S+", "…", line)
+    return _scrubbed(f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
 
 
 def logged_error(log: str) -> str:
@@ -229,7 +236,11 @@ def logged_error(log: str) -> str:
     process that failed, whose exception the caller does not hold); the log's last line where it has none."""
     lines = [line.strip() for line in log.splitlines() if line.strip()]
     raised = [line for line in lines if re.match(r"^[\w.]+(Error|Exception|Interrupt|Exit)\b.*", line)]
-    line = raised[-1] if raised else (lines[-1] if lines else "no output")
+    return _scrubbed(raised[-1] if raised else (lines[-1] if lines else "no output"))
+
+
+def _scrubbed(line: str) -> str:
+    """``line`` without addresses or paths, which differ from run to run."""
     return re.sub(r"0x[0-9a-f]+|/\S+", "…", line)
 
 

@@ -201,6 +201,7 @@ def test_where_an_experts_up_and_gate_global_scales_differ_vllm_computes_up_with
     save_file(tensors, shard, metadata={"format": "pt"})
     result = load(Artifact("doubled", "NVFP4", "legacy", path), plugin=False)
     assert (result.details["weights_error"], result.details["same_weights"]) == ("1.0e+00", False)
+    assert result.details["worst_module"].endswith(".0.up_proj")
 
 
 @pytest.mark.parametrize("plugin", [True, False], ids=["plugin", "no-plugin"])

@@ -61,7 +61,8 @@ def test_sglang_keeps_q_a_proj_s_global_scale_and_drops_kv_a_proj_s_without_a_wo
 def test_where_it_drops_kv_a_proj_s_global_scale_sglang_computes_kv_a_proj_with_the_wrong_weights(kv_a_doubled):
     """kv_a_proj is dequantized with q_a_proj's global scale, half its own: its weights twice the reference's."""
     found, _, _ = kv_a_doubled
-    assert found["weights"] == {"weights_error": "1.0e+00", "same_weights": False}
+    assert (found["weights"]["weights_error"], found["weights"]["same_weights"]) == ("1.0e+00", False)
+    assert found["weights"]["worst_module"].endswith(".kv_a_proj_with_mqa")
 
 
 @pytest.mark.parametrize("form", ["format2", "legacy-migrated"])
