@@ -38,6 +38,7 @@ __all__ = [
     "artifacts_root",
     "checkpoint_tensors",
     "error_line",
+    "experts_by_module",
     "first_artifact",
     "global_scales_on_disk",
     "installed_versions",
@@ -180,6 +181,21 @@ def weights_compared(computed: dict[str, torch.Tensor], reference: dict[str, tor
         "weights_error": f"{errors[worst]:.1e}",
         "same_weights": errors[worst] <= SAME_WEIGHTS,
         "worst_module": worst,
+    }
+
+
+def experts_by_module(
+    prefix: str, w13: torch.Tensor, w2: torch.Tensor, *, up_first: bool = False
+) -> dict[str, torch.Tensor]:
+    """A fused-MoE layer's dequantized experts (``w13``: gate and up stacked, up first where ``up_first``; ``w2``:
+    down), by the checkpoint's module names under ``prefix`` (the layer's ``experts``), for :func:`weights_compared`."""
+    gate, up = w13.chunk(2, dim=1)
+    if up_first:
+        gate, up = up, gate
+    return {
+        f"{prefix}.{e}.{projection}": weights[e]
+        for e in range(w2.shape[0])
+        for projection, weights in (("gate_proj", gate), ("up_proj", up), ("down_proj", w2))
     }
 
 

@@ -267,6 +267,8 @@ def computed_weights(model: Any) -> dict[str, Any]:
     from sglang.srt.layers.moe.fused_moe_triton.layer import _weight_layout_method
     from sglang.srt.layers.quantization.dequantization import NVFP4_BLOCK_SIZE, dequantize_nvfp4
 
+    from scalar_scales_testkit.roundtrip import experts_by_module
+
     def dequantized(packed: Any, scale: Any, decode: Any) -> Any:
         rows, columns = packed.shape[-2], packed.shape[-1] * 2 // NVFP4_BLOCK_SIZE
         return dequantize_nvfp4(packed, unswizzled(scale, rows, columns), decode, out_dtype=torch.float32)
@@ -288,13 +290,6 @@ def computed_weights(model: Any) -> dict[str, Any]:
                 )
                 for p in ("w13", "w2")
             )
-            gate, up = w13.chunk(2, dim=1)
-            if getattr(_weight_layout_method(module), "load_up_proj_weight_first", False):
-                gate, up = up, gate
-            for e in range(w2.shape[0]):
-                computed |= {
-                    f"{name}.{e}.gate_proj": gate[e],
-                    f"{name}.{e}.up_proj": up[e],
-                    f"{name}.{e}.down_proj": w2[e],
-                }
+            up_first = bool(getattr(_weight_layout_method(module), "load_up_proj_weight_first", False))
+            computed |= experts_by_module(name, w13, w2, up_first=up_first)
     return computed

@@ -1,7 +1,8 @@
 """vLLM's engine serves NVFP4 artifacts on the CPU through the plugin's emulation, legacy and format 2 alike.
 
 What it computes for each form is recorded for the compatibility matrix (family ``vllm-served``): its prompt
-logits against the reference logits (scripts/reference_logits.py), by the guide's measure (``logits_error``).
+logits against the reference logits (scripts/reference_logits.py), judged in float32 (``computed`` says how), with
+the bf16 distance (``logits_error``) beside it.
 """
 
 from __future__ import annotations
@@ -174,7 +175,7 @@ def test_in_float32_the_engine_computes_the_references_output(computed, scheme):
     assert float(computed(f"{scheme}-legacy").details["float32_error"]) < FLOAT32_SAME
 
 
-def test_in_bfloat16_each_stack_rounds_in_its_own_order_w4a4_furthest(computed):
+def test_in_bfloat16_both_schemes_are_more_than_one_bf16_step_from_the_reference_w4a4_twice_as_far(computed):
     """bf16 rounding in another order moves an activation across an FP4 rounding boundary now and then, and W4A4
     then moves it by a whole FP4 step: observed 1.1e-01 for W4A4, 1.7e-02 for W4A16, both above one bf16 step."""
     w4a4, w4a16 = (float(computed(f"{scheme}-legacy").details["logits_error"]) for scheme in SCHEMES)

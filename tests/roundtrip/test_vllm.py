@@ -42,6 +42,7 @@ from scalar_scales_testkit.roundtrip import (  # noqa: E402
     Artifact,
     Result,
     error_line,
+    experts_by_module,
     first_artifact,
     global_scales_on_disk,
     installed_versions,
@@ -104,12 +105,7 @@ def computed_experts(layer: torch.nn.Module, prefix: str) -> dict[str, torch.Ten
         )
         for p in ("w13", "w2")
     )
-    gate, up = w13.chunk(2, dim=1)
-    return {
-        f"{prefix}.{e}.{projection}": weights[e]
-        for e in range(w2.shape[0])
-        for projection, weights in (("gate_proj", gate), ("up_proj", up), ("down_proj", w2))
-    }
+    return experts_by_module(prefix, w13, w2)
 
 
 def load(artifact: Artifact, plugin: bool) -> Result:

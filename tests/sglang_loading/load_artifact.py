@@ -67,7 +67,6 @@ def load(artifact: Path, port: int, draft: bool = False, weights: bool = False) 
         result["error"] = f"{type(error).__name__}: {error}"
     else:
         result["loaded"] = True
-        result["model"] = type(model).__name__
         result["fused"] = fused_global_scales(model)
         alpha = FUSED.format(0, "alpha")
         result["alpha"] = {alpha: loaded_parameter(model, alpha)} if alpha in dict(model.named_parameters()) else {}

@@ -61,7 +61,7 @@ def test_with_the_plugin_differing_scales_are_refused_naming_the_checkpoint_s_te
 def test_longcat_s_nextn_loader_drops_an_nvfp4_mtp_layer_whatever_the_shape_of_its_scales(loader_observed, form):
     """docs/sglang.md: it loads, its fused layer's scales left as SGLang initialized them."""
     found, scales = loader_observed("longcat-flash-nextn", form, False)
-    assert found["model"] == "LongcatFlashForCausalLMNextN"
+    assert found["architecture"] == "LongcatFlashForCausalLMNextN"
     assert outcome(found, scales) == "loads, scales not the checkpoint's"
 
 
