@@ -4,32 +4,16 @@ run, what it prints and what to do next; and each session it shows is what the c
 from __future__ import annotations
 
 import re
-import shlex
 import tomllib
 from pathlib import Path
 
-from scalar_scales_testkit.cli import make_checkpoint, run_cli_in_process
+from scalar_scales_testkit.cli import run_cli_in_process
+from scalar_scales_testkit.readme import prepared, run, runs
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 FIRST_LINES = 80
 """How far down the user's job must be told in full (issue 43: the first command used to be at line 305)."""
-SESSION = re.compile(r"^```\n(\$ scalar-scales .*?)^```$", flags=re.MULTILINE | re.DOTALL)
-"""A code block that starts with a command at a prompt: each ``$ scalar-scales ...`` line, then what it prints."""
-
-
-def sessions() -> list[tuple[list[str], str]]:
-    """Each ``$ scalar-scales ...`` command of the README's sessions, in the README's order, with what is shown
-    under it (up to the next command or the block's end)."""
-    runs = []
-    for block in SESSION.findall(README.read_text()):
-        for run in re.split(r"^(?=\$ )", block, flags=re.MULTILINE):
-            if run:
-                command, _, shown = run.partition("\n")
-                program, *arguments = shlex.split(command.removeprefix("$ "))
-                assert program == "scalar-scales", command
-                runs.append((arguments, shown))
-    return runs
 
 
 def test_the_readmes_session_is_what_the_command_prints(tmp_path):
@@ -38,15 +22,17 @@ def test_the_readmes_session_is_what_the_command_prints(tmp_path):
     the folder that holds it, print what the README shows, line for line, and exit 0, as it says the first check
     does. A change to the report, to migrate's lines or to the round trip's observations fails here:
     scripts/readme_sessions.py runs the commands as this test does and writes what they print."""
-    make_checkpoint(tmp_path / "my-model", layers=2, experts=4)
-    runs = sessions()
-    assert [shlex.join(arguments) for arguments, _ in runs] == ["check my-model", "migrate my-model", "check my-model"]
-    for arguments, shown in runs:
-        result = run_cli_in_process(*arguments, cwd=tmp_path, env={"COLUMNS": None, "FORCE_COLOR": None})
+    prepared(tmp_path)
+    shown = runs(README.read_text())
+    assert [command for command, _ in shown] == [
+        "scalar-scales check my-model",
+        "scalar-scales migrate my-model",
+        "scalar-scales check my-model",
+    ]
+    for command, output in shown:
+        result = run(command, tmp_path)
         assert (result.returncode, result.stderr) == (0, ""), result
-        assert result.stdout == shown, (
-            f"README.md's `scalar-scales {shlex.join(arguments)}` is stale: run scripts/readme_sessions.py"
-        )
+        assert result.stdout == output, f"README.md's `{command}` is stale: run scripts/readme_sessions.py"
 
 
 def test_the_readmes_first_lines_tell_the_users_job():
