@@ -499,7 +499,19 @@ _ONE_SCALE = {
         "(BaseKVCacheMethod.process_weights_after_loading, read): the values are quantized with the keys' range"
     ),
 }
-"""What the engines do with an attention layer holding only the KV-cache scale named."""
+"""What the engines do with a ModelOpt attention layer holding only the KV-cache scale named."""
+
+
+def _one_scale_consequence(producer: str | None, other: str) -> str:
+    """What the engines do with an attention layer without its ``other`` KV-cache scale, in ``producer``'s layout:
+    vLLM's compressed-tensors KV-cache method starts both at 1.0 and keeps 1.0 for the one not loaded."""
+    if producer == COMPRESSED_TENSORS:
+        return (
+            f"vLLM 0.23, 0.32 and 0.33 start each scale at 1.0 (CompressedTensorsKVCacheMethod.create_weights) and "
+            f"keep 1.0 for the missing {other}: that cache is quantized with a scale of 1.0, not its calibrated one "
+            "(observed: vLLM 0.32 serves other tokens)"
+        )
+    return _ONE_SCALE["k_scale" if other == "v_scale" else "v_scale"]
 
 
 def _attention_of(module: str, projection: str) -> str:
@@ -512,8 +524,9 @@ def _attention_of(module: str, projection: str) -> str:
     "NV610",
     "kv-scale-unpaired",
     "error",
-    "load-error",
+    "wrong-output",
     summary="an attention layer with one of its two KV-cache scales",
+    elsewhere={MODELOPT: "load-error"},
     fix="store both k_scale and v_scale for every attention layer (or neither), as the quantizer calibrated them",
     needs=("nvfp4", "quantization"),
     examples=(
@@ -532,15 +545,21 @@ def _attention_of(module: str, projection: str) -> str:
         The config declares a quantized KV cache (`kv_cache_scheme`,
         ModelOpt's `kv_cache_quant_algo`) and an attention layer holds one of
         its two scales, `k_scale` or `v_scale`, without the other (NV605
-        is the case where no layer holds either). vLLM 0.23, 0.32 and 0.33
-        and SGLang 0.5.23 start each scale at -1.0 and resolve the pair in
-        `BaseKVCacheMethod.process_weights_after_loading`:
+        is the case where no layer holds either). In ModelOpt's layout, vLLM
+        0.23, 0.32 and 0.33 and SGLang 0.5.23 start each scale at -1.0 and
+        resolve the pair in `BaseKVCacheMethod.process_weights_after_loading`:
 
         - a `v_scale` without its `k_scale`: `assert layer.k_scale > 0.0`
           fails, and the engine does not start (vLLM #46264);
         - a `k_scale` without its `v_scale`: the larger of the two, the
           `k_scale`, is taken for both, and the values are quantized with the
           keys' range (read, not observed).
+
+        In compressed-tensors' layout, vLLM 0.23, 0.32 and 0.33 load the
+        scales through `CompressedTensorsKVCacheMethod`, which starts each
+        at 1.0 and keeps 1.0 for the one the layer lacks: that cache is
+        quantized with a scale of 1.0, not the calibrated one, and the output
+        changes (observed: vLLM 0.32 serves other tokens).
 
         The finding names the scale the layer holds.
         """,
@@ -560,7 +579,7 @@ def kv_scale_unpaired(checkpoint: CheckpointView) -> Iterator[Found]:
                     checkpoint.names[i],
                     checkpoint.file_of(i),
                     f"the config declares a quantized KV cache, and {attention} has its {leaf} but no {other}",
-                    _ONE_SCALE[leaf],
+                    _one_scale_consequence(declared.producer, other),
                 )
 
 

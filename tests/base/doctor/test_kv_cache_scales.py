@@ -107,8 +107,9 @@ def test_kv_scales_a_config_does_not_declare_are_not_judged_by_value(tmp_path):
     assert kv_findings(checkpoint) == {}
 
 
-def test_a_k_scale_without_its_v_scale_is_nv610_saying_the_engines_take_it_for_both(tmp_path):
-    """NV610's other direction: vLLM and SGLang take max(k_scale, v_scale), the k_scale, for the values."""
+def test_a_k_scale_without_its_v_scale_is_nv610_saying_vllm_keeps_1_for_the_v_scale(tmp_path):
+    """NV610's other direction, in compressed-tensors' layout: vLLM's compressed-tensors KV-cache method starts
+    both scales at 1.0 and keeps it for the one not loaded."""
     checkpoint = compressed_tensors_with_kv_scales(tmp_path / "checkpoint")
     make_example(Example("k-scale-only", "", (Remove(CT_V),)), checkpoint, COMPRESSED_TENSORS_LAYOUT)
     document = json.loads(run_cli_in_process("check", checkpoint, "--json").stdout)
@@ -117,7 +118,7 @@ def test_a_k_scale_without_its_v_scale_is_nv610_saying_the_engines_take_it_for_b
     assert finding["detail"] == (
         "the config declares a quantized KV cache, and model.layers.0.self_attn has its k_scale but no v_scale"
     )
-    assert "take the larger of the two, the k_scale, for the values too" in finding["why"]
+    assert "keep 1.0 for the missing v_scale: that cache is quantized with a scale of 1.0" in finding["why"]
 
 
 def test_an_export_layer_with_v_scale_alone_is_nv610_saying_vllm_asserts_k_scale(tmp_path):
