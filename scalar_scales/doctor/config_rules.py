@@ -45,6 +45,7 @@ from scalar_scales.doctor.rules import Found, checkpoint_rule
 from scalar_scales.doctor.view import CheckpointView
 from scalar_scales.files.header import ending_with
 from scalar_scales.nvfp4 import COMPRESSED_TENSORS, GROUP_SIZE, MODELOPT
+from scalar_scales.sources.declaration import exclusions, kv_cache_algorithm
 
 __all__ = [
     "algorithm_contradicts_groups",
@@ -666,19 +667,6 @@ def router_not_excluded(checkpoint: CheckpointView) -> Iterator[Found]:
             )
 
 
-def _kv_algorithm(quantization: Mapping[str, Any]) -> str | None:
-    """The KV-cache algorithm a ModelOpt declaration names: ``kv_cache_quant_algo``, or config.json's
-    ``kv_cache_scheme`` (FP8 where it says 8-bit floats, as vLLM's ``ModelOptQuantConfigBase.from_config`` reads
-    it)."""
-    algo = quantization.get("kv_cache_quant_algo")
-    if isinstance(algo, str) and algo:
-        return algo.upper()
-    scheme = quantization.get("kv_cache_scheme")
-    if isinstance(scheme, Mapping):
-        return "FP8" if (scheme.get("type"), scheme.get("num_bits")) == ("float", 8) else "a kv_cache_scheme"
-    return None
-
-
 def _layers(quantization: Mapping[str, Any]) -> dict[str, str] | None:
     layers = quantization.get("quantized_layers")
     if not isinstance(layers, Mapping):
@@ -687,11 +675,6 @@ def _layers(quantization: Mapping[str, Any]) -> dict[str, str] | None:
         str(module): str(recipe.get("quant_algo")).upper() if isinstance(recipe, Mapping) else str(recipe)
         for module, recipe in layers.items()
     }
-
-
-def _exclusions(quantization: Mapping[str, Any], key: str) -> frozenset[str]:
-    value = quantization.get(key)
-    return frozenset(e for e in value if isinstance(e, str)) if isinstance(value, list) else frozenset()
 
 
 def _said(value: object) -> str:
@@ -757,8 +740,8 @@ def declaration_files_disagree(checkpoint: CheckpointView) -> Iterator[Found]:
     config_name, file_name = str(location.config or "config.json"), str(location.modelopt_config)
     fields: tuple[tuple[str, object, object], ...] = (
         ("quant_algo", str(served.get("quant_algo")).upper(), str(other.get("quant_algo")).upper()),
-        ("the KV-cache algorithm", _kv_algorithm(served), _kv_algorithm(other)),
-        ("the exclusions", _exclusions(served, "ignore"), _exclusions(other, "exclude_modules")),
+        ("the KV-cache algorithm", kv_cache_algorithm(served), kv_cache_algorithm(other)),
+        ("the exclusions", frozenset(exclusions(served, "ignore")), frozenset(exclusions(other, "exclude_modules"))),
         ("group_size", served.get("group_size"), other.get("group_size")),
         ("quantized_layers", _layers(served), _layers(other)),
     )

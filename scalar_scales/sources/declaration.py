@@ -41,7 +41,7 @@ from scalar_scales.nvfp4 import (
     Producer,
 )
 
-__all__ = ["MODELOPT_CONFIG_NAME", "Declaration", "Group", "declaration"]
+__all__ = ["MODELOPT_CONFIG_NAME", "Declaration", "Group", "declaration", "exclusions", "kv_cache_algorithm"]
 
 MODELOPT_CONFIG_NAME = "hf_quant_config.json"
 _COMPRESSED_TENSORS_METHODS = (None, "compressed-tensors", "compressed_tensors")
@@ -89,6 +89,9 @@ class Declaration:
     """The key the exclusions came from: ``ignore`` in config.json, ``exclude_modules`` in hf_quant_config.json."""
     kv_cache: bool = False
     """The config declares quantized KV-cache scales (``k_scale``, ``v_scale``)."""
+    kv_cache_algorithm: str | None = None
+    """ModelOpt: the KV-cache algorithm the declaration names (:func:`kv_cache_algorithm`); None for
+    compressed-tensors, whose ``kv_cache_scheme`` is :attr:`kv_cache`."""
     source: str | None = None
     """The file the declaration is in."""
     format_version: int | None = None
@@ -247,7 +250,7 @@ def _modelopt(
     exclude = quantization.get(exclude_key, [])
     if not isinstance(exclude, list):
         raise CheckpointError(path, f"{exclude_key} must be a list, not {_json_kind(exclude)}; vLLM refuses it")
-    kv_cache = bool(quantization.get("kv_cache_quant_algo")) or isinstance(quantization.get("kv_cache_scheme"), dict)
+    kv_algorithm = kv_cache_algorithm(quantization)
     group_size = _group_size(quantization.get("group_size"))
     quantized_layers: tuple[tuple[str, int], ...] = ()
     weight_only_groups: tuple[str, ...] = ()
@@ -272,13 +275,33 @@ def _modelopt(
         MODELOPT,
         algo,
         groups,
-        _strings(exclude),
+        exclusions(quantization, exclude_key),
         ignore_key=exclude_key,
-        kv_cache=kv_cache,
+        kv_cache=kv_algorithm is not None,
+        kv_cache_algorithm=kv_algorithm,
         source=path,
         quantized_layers=quantized_layers,
         weight_only_groups=weight_only_groups,
     )
+
+
+def kv_cache_algorithm(quantization: Mapping[str, Any]) -> str | None:
+    """The KV-cache algorithm a ModelOpt declaration (one file's) names: ``kv_cache_quant_algo``, or config.json's
+    ``kv_cache_scheme`` (FP8 where it says 8-bit floats, as vLLM's ``ModelOptQuantConfigBase.from_config`` reads
+    it); None where it names none."""
+    algo = quantization.get("kv_cache_quant_algo")
+    if isinstance(algo, str) and algo:
+        return printable(algo.upper())
+    scheme = quantization.get("kv_cache_scheme")
+    if isinstance(scheme, Mapping):
+        return "FP8" if (scheme.get("type"), scheme.get("num_bits")) == ("float", 8) else "a kv_cache_scheme"
+    return None
+
+
+def exclusions(quantization: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    """The modules a ModelOpt declaration (one file's) excludes: the strings of its ``key`` list (``ignore`` in
+    config.json, ``exclude_modules`` in hf_quant_config.json)."""
+    return _strings(quantization.get(key))
 
 
 def _weight_only_groups(original: Mapping[str, Any]) -> tuple[str, ...]:

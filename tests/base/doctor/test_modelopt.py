@@ -267,6 +267,54 @@ def test_nv612_names_the_field_and_what_each_file_says_of_it(tmp_path):
     assert finding["why"].startswith("vLLM 0.23, 0.32 and 0.33 and SGLang 0.5.23 serve config.json's")
 
 
+def edited(path, edit):
+    document = json.loads(path.read_text())
+    edit(document)
+    path.write_text(json.dumps(document))
+
+
+def test_nv612_reads_config_json_s_kv_cache_scheme_as_the_fp8_that_hf_quant_config_json_names(tmp_path):
+    """The exporter writes ``kv_cache_scheme`` (8-bit floats) in one file and ``kv_cache_quant_algo: FP8`` in the
+    other: the same algorithm (the real export passes); a file that names none disagrees."""
+    checkpoint = copy_of_export(tmp_path / "export", "nvfp4-fp8-kv")
+    edited(
+        checkpoint / "hf_quant_config.json", lambda document: document["quantization"].update(kv_cache_quant_algo=None)
+    )
+    (finding,) = checked(checkpoint)["findings"]
+    assert (finding["code"], finding["detail"]) == (
+        "NV612",
+        "the KV-cache algorithm: config.json's quantization_config says FP8, hf_quant_config.json says nothing",
+    )
+
+
+def test_nv612_finds_a_group_size_the_two_files_state_differently(tmp_path):
+    """The exporter states group_size in hf_quant_config.json alone, which is no disagreement (the real export
+    passes); stated in both, two sizes are."""
+    checkpoint = copy_of_export(tmp_path / "export")
+    edited(checkpoint / "config.json", lambda document: document["quantization_config"].update(group_size=16))
+    edited(checkpoint / "hf_quant_config.json", lambda document: document["quantization"].update(group_size=32))
+    (finding,) = checked(checkpoint)["findings"]
+    assert (finding["code"], finding["detail"]) == (
+        "NV612",
+        "group_size: config.json's quantization_config says 16, hf_quant_config.json says 32",
+    )
+
+
+def test_nv612_names_only_the_quantized_layers_whose_algorithm_differs(tmp_path):
+    checkpoint = copy_of_export(tmp_path / "export", "mixed")
+    module = "model.layers.0.self_attn.q_proj"
+    edited(
+        checkpoint / "hf_quant_config.json",
+        lambda document: document["quantization"]["quantized_layers"].update({module: {"quant_algo": "NVFP4"}}),
+    )
+    (finding,) = checked(checkpoint)["findings"]
+    assert (finding["code"], finding["detail"]) == (
+        "NV612",
+        f"quantized_layers: config.json's quantization_config says {module}: FP8, hf_quant_config.json says "
+        f"{module}: NVFP4",
+    )
+
+
 def test_nv612_holds_the_exclusions_as_sets_and_names_each_files(tmp_path):
     """The exporter lists the same modules in both files; their order is not a disagreement, a missing one is."""
     checkpoint = copy_of_export(tmp_path / "export")
