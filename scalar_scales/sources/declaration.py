@@ -89,9 +89,6 @@ class Declaration:
     """The key the exclusions came from: ``ignore`` in config.json, ``exclude_modules`` in hf_quant_config.json."""
     kv_cache: bool = False
     """The config declares quantized KV-cache scales (``k_scale``, ``v_scale``)."""
-    kv_cache_algorithm: str | None = None
-    """ModelOpt: the KV-cache algorithm the declaration names (:func:`kv_cache_algorithm`); None for
-    compressed-tensors, whose ``kv_cache_scheme`` is :attr:`kv_cache`."""
     source: str | None = None
     """The file the declaration is in."""
     format_version: int | None = None
@@ -250,7 +247,6 @@ def _modelopt(
     exclude = quantization.get(exclude_key, [])
     if not isinstance(exclude, list):
         raise CheckpointError(path, f"{exclude_key} must be a list, not {_json_kind(exclude)}; vLLM refuses it")
-    kv_algorithm = kv_cache_algorithm(quantization)
     group_size = _group_size(quantization.get("group_size"))
     quantized_layers: tuple[tuple[str, int], ...] = ()
     weight_only_groups: tuple[str, ...] = ()
@@ -277,8 +273,7 @@ def _modelopt(
         groups,
         exclusions(quantization, exclude_key),
         ignore_key=exclude_key,
-        kv_cache=kv_algorithm is not None,
-        kv_cache_algorithm=kv_algorithm,
+        kv_cache=kv_cache_algorithm(quantization) is not None,
         source=path,
         quantized_layers=quantized_layers,
         weight_only_groups=weight_only_groups,
