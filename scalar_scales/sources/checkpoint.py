@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from scalar_scales.errors import CheckpointError
-from scalar_scales.files.header import SafetensorsHeader
+from scalar_scales.files.header import FileIdentity, SafetensorsHeader, header_length_of, parse_header
+from scalar_scales.files.scalars import read_scalars
 from scalar_scales.sources.declaration import MODELOPT_CONFIG_NAME, Declaration, declaration
 from scalar_scales.sources.hub_address import HubAddress
 
@@ -34,6 +35,7 @@ __all__ = [
     "INDEX_NAMES",
     "SINGLE_FILE_NAME",
     "UNIQUE_KEYS",
+    "VALUE_SPAN_GAP",
     "CheckpointLocation",
     "NetworkShardSource",
     "OpenedCheckpoint",
@@ -41,6 +43,7 @@ __all__ = [
     "ShardRead",
     "ShardSource",
     "index_name",
+    "read_shard_from",
     "shard_name",
     "shard_names",
     "weight_map_of",
@@ -95,6 +98,32 @@ class ShardRead(NamedTuple):
     header: SafetensorsHeader
     indices: list[int]
     values: list[float | None]
+
+
+VALUE_SPAN_GAP = 1 << 16
+"""Scales closer than this are read in one span: a few kilobytes more read costs less than another call."""
+
+
+def read_shard_from(
+    file: Path,
+    prefix: bytes,
+    size: int,
+    read: Callable[[int, int], bytes],
+    select: ScaleSelector,
+    *,
+    values: bool,
+    identity: FileIdentity | None = None,
+) -> ShardRead:
+    """A shard read from bytes at hand (a local descriptor's, a staged blob's): the file of ``size`` bytes whose
+    first 8 are ``prefix``, where ``read(offset, count)`` gives the ``count`` bytes at ``offset``; its validated
+    header and the values of the scales ``select`` picks. ``identity``: a local file's, as it was opened."""
+    header = parse_header(file, read(8, header_length_of(file, prefix, size)), size, identity)
+    indices = select(header)
+    if not (values and indices):
+        return ShardRead(header, indices, [None] * len(indices))
+    start = header.data_start
+    found = read_scalars(header, indices, lambda begin, end: read(start + begin, end - begin), VALUE_SPAN_GAP)
+    return ShardRead(header, indices, found)
 
 
 class ShardSource(Protocol):

@@ -6,7 +6,7 @@ import os
 import re
 import stat
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -14,12 +14,9 @@ from scalar_scales.errors import CheckpointError
 from scalar_scales.files.header import (
     SafetensorsHeader,
     file_identity,
-    header_length_of,
-    parse_header,
     read_header,
 )
 from scalar_scales.files.json_document import read_json_object
-from scalar_scales.files.scalars import read_scalars
 from scalar_scales.shell import command as shell_command
 from scalar_scales.shell import path_argument
 from scalar_scales.sources.checkpoint import (
@@ -29,6 +26,7 @@ from scalar_scales.sources.checkpoint import (
     ScaleSelector,
     ShardRead,
     index_name,
+    read_shard_from,
     shard_names,
     weight_map_of,
 )
@@ -228,22 +226,13 @@ class LocalShards:
         try:
             with open(file, "rb") as f:
                 identity = file_identity(os.fstat(f.fileno()))
-                length = header_length_of(file, f.read(8), identity.size)
-                header = parse_header(file, _read_exactly(f, 8, length), identity.size, identity)
-                indices = select(header)
-                found: list[float | None] = [None] * len(indices)
-                if values and indices:
-                    found = read_scalars(
-                        header,
-                        indices,
-                        lambda begin, end: _read_exactly(f, header.data_start + begin, end - begin),
-                        VALUE_SPAN_GAP,
-                    )
+                read = partial(_read_exactly, f)
+                shard = read_shard_from(file, f.read(8), identity.size, read, select, values=values, identity=identity)
                 if file_identity(os.fstat(f.fileno())) != identity:
                     raise CheckpointError(file, "changed while it was read")
         except OSError as exc:
             raise CheckpointError(file, f"cannot read: {exc.strerror or exc}") from None
-        return ShardRead(header, indices, found)
+        return shard
 
 
 def _read_exactly(f: BinaryIO, offset: int, size: int) -> bytes:
@@ -253,8 +242,5 @@ def _read_exactly(f: BinaryIO, offset: int, size: int) -> bytes:
         raise CheckpointError(f.name, f"changed while it was read: {size} bytes at {offset} were not there")
     return data
 
-
-VALUE_SPAN_GAP = 1 << 16
-"""Scales closer than this are read in one span: a few kilobytes more read costs less than another call."""
 
 LOCAL_SHARDS = LocalShards()

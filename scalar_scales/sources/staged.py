@@ -31,9 +31,8 @@ from typing import IO, NamedTuple
 
 from scalar_scales.environment import others_setting
 from scalar_scales.errors import CheckpointError
-from scalar_scales.files.header import LFS_POINTER_START, header_length_of, parse_header
+from scalar_scales.files.header import LFS_POINTER_START
 from scalar_scales.files.json_document import MAX_JSON_BYTES, json_object
-from scalar_scales.files.scalars import read_scalars
 from scalar_scales.sources.checkpoint import (
     CONFIG_NAME,
     INDEX_NAMES,
@@ -41,6 +40,7 @@ from scalar_scales.sources.checkpoint import (
     OpenedCheckpoint,
     ScaleSelector,
     ShardRead,
+    read_shard_from,
     shard_names,
 )
 from scalar_scales.sources.declaration import MODELOPT_CONFIG_NAME
@@ -293,18 +293,7 @@ class StagedShards:
 
     def read_shard(self, file: Path, select: ScaleSelector, *, values: bool) -> ShardRead:
         with self._content(file.name) as content:
-            length = header_length_of(file, content.prefix, content.size)
-            header = parse_header(file, content.read(8, length), content.size)
-            indices = select(header)
-            found: list[float | None] = [None] * len(indices)
-            if values and indices:
-                found = read_scalars(
-                    header,
-                    indices,
-                    lambda begin, end: content.read(header.data_start + begin, end - begin),
-                    VALUE_SPAN_GAP,
-                )
-        return ShardRead(header, indices, found)
+            return read_shard_from(file, content.prefix, content.size, content.read, select, values=values)
 
     @contextmanager
     def _content(self, name: str) -> Iterator[_Content]:
@@ -381,7 +370,3 @@ class StagedShards:
             storage = self._git.run("config", "--path", "--get", "lfs.storage", ok=(0, 1)).stdout.rstrip(b"\n")
             self._lfs_objects = common / (os.fsdecode(storage) if storage else "lfs") / "objects"
         return self._lfs_objects
-
-
-VALUE_SPAN_GAP = 1 << 16
-"""Scales closer than this are read in one span, as a working tree's shards are."""
