@@ -256,10 +256,15 @@ def unswizzled(scale: Any, rows: int, columns: int) -> Any:
     return out if scale.ndim == 3 else out[0]
 
 
+_UNFUSED = {"fused_qkv_a_proj_with_mqa": ("q_a_proj", "kv_a_proj_with_mqa"), "gate_up_proj": ("gate_proj", "up_proj")}
+"""The checkpoint's modules each layer SGLang fuses on load holds, in the order of its rows."""
+
+
 def computed_weights(model: Any) -> dict[str, Any]:
-    """The NVFP4 weights a loaded model computes with, of its fused MLA a-projections (split back into the
-    checkpoint's ``q_a_proj`` and ``kv_a_proj_with_mqa``) and its routed experts, by the checkpoint's module
-    names, in float32: dequantized by SGLang's own ``dequantize_nvfp4`` from what its post-load processing left
+    """The NVFP4 weights a loaded model computes with, every one of them, by the checkpoint's module names, in
+    float32: each NVFP4 linear layer's (a fused one split back into the checkpoint's modules: the MLA
+    a-projections, ``q_a_proj`` and ``kv_a_proj_with_mqa``, and an MLP's ``gate_proj`` and ``up_proj``) and each
+    routed expert's, dequantized by SGLang's own ``dequantize_nvfp4`` from what its post-load processing left
     (group scales swizzled for its kernels; one global scale per fused layer, the largest of its parts'; one w13
     global scale per expert, gate's, for gate and up both; w13's rows in the order its loader laid them, up
     first for its CUTLASS kernel)."""
@@ -276,12 +281,7 @@ def computed_weights(model: Any) -> dict[str, Any]:
     computed = {}
     q_lora_rank = model.config.q_lora_rank
     for name, module in model.named_modules():
-        if name.endswith(".fused_qkv_a_proj_with_mqa"):
-            weight = dequantized(module.weight_packed, module.weight_scale, 1 / module.weight_global_scale)
-            attention = name.rsplit(".", 1)[0]
-            computed[f"{attention}.q_a_proj"] = weight[:q_lora_rank]
-            computed[f"{attention}.kv_a_proj_with_mqa"] = weight[q_lora_rank:]
-        elif name.endswith(".mlp.experts") and hasattr(module, "w13_weight_scale_2"):
+        if name.endswith(".mlp.experts") and hasattr(module, "w13_weight_scale_2"):
             w13, w2 = (
                 dequantized(
                     getattr(module, f"{p}_weight"),
@@ -292,4 +292,17 @@ def computed_weights(model: Any) -> dict[str, Any]:
             )
             up_first = bool(getattr(_weight_layout_method(module), "load_up_proj_weight_first", False))
             computed |= experts_by_module(name, w13, w2, up_first=up_first)
+        elif hasattr(module, "weight_packed") and hasattr(module, "weight_global_scale"):
+            weight = dequantized(module.weight_packed, module.weight_scale, 1 / module.weight_global_scale)
+            computed |= _unfused(name, weight, module, q_lora_rank)
     return computed
+
+
+def _unfused(name: str, weight: Any, module: Any, q_lora_rank: int) -> dict[str, Any]:
+    """A linear layer's dequantized weight by the checkpoint's module names: a layer SGLang fused on load split
+    back into its parts (the MLA a-projections by ``q_lora_rank``, a merged layer by its ``output_sizes``)."""
+    parent, _, leaf = name.rpartition(".")
+    if leaf not in _UNFUSED:
+        return {name: weight}
+    sizes = [q_lora_rank, len(weight) - q_lora_rank] if leaf == "fused_qkv_a_proj_with_mqa" else module.output_sizes
+    return {f"{parent}.{part}": piece for part, piece in zip(_UNFUSED[leaf], weight.split(list(sizes)), strict=True)}

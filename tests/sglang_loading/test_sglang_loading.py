@@ -82,8 +82,9 @@ def test_with_the_plugin_every_form_loads_with_the_scales_on_disk(observed, arti
 @pytest.mark.parametrize("toy", MODELS)
 @pytest.mark.parametrize("form", ["legacy", "format2", "legacy-migrated", "format2-to-legacy"])
 def test_with_the_plugin_every_form_computes_with_the_reference_weights(observed, toy, form):
-    """The fused a-projections and the routed experts, as SGLang holds them after its post-load processing (their
-    group scales read back through ``unswizzled``, which this shows right: a wrong inverse scrambles them)."""
+    """Every NVFP4 module of the checkpoint (the linear layers, the fused ones split back into their parts, and the
+    routed experts), as SGLang holds it after its post-load processing (its group scales read back through
+    ``unswizzled``, which this shows right: a wrong inverse scrambles them)."""
     assert observed(toy, form, plugins=True)["weights"]["same_weights"]
 
 
