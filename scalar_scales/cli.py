@@ -273,7 +273,7 @@ def _build_parser() -> _Parser:
     migrate.add_argument(
         "--materialize",
         action="store_true",
-        help="replace shards that are links (Hugging Face cache) with edited real copies",
+        help="replace shards and config.json that are links (Hugging Face cache) with edited real copies",
     )
 
     return parser
