@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import struct
+
+import pytest
 
 from scalar_scales.sources import read_headers
 from scalar_scales_testkit.cli import (
@@ -194,6 +197,22 @@ def test_a_linked_config_json_is_refused_by_default_though_every_shard_is_a_file
         shutil.copyfile(blob, shard)
     assert_migrate_refuses(snapshot_dir, snapshot_dir.parent.parent, "config.json: is a link into shared storage")
     assert (snapshot_dir / "config.json").is_symlink()
+
+
+@pytest.mark.parametrize("linked", ["model-00002-of-00003.safetensors", "config.json"])
+def test_a_file_with_another_hard_link_is_refused_by_default_and_materialize_leaves_the_other_link_alone(
+    tmp_path, linked
+):
+    """A hard link shares the file as a cache's symlink does: editing it, or renaming a new file over it, would
+    change or part from the other name, so only --materialize writes it, and the other name keeps its bytes."""
+    checkpoint = make_checkpoint(tmp_path / "ckpt")
+    other = tmp_path / "elsewhere"
+    os.link(checkpoint / linked, other)
+    kept = other.read_bytes()
+    assert_migrate_refuses(checkpoint, tmp_path, f"{linked}: is a link into shared storage", "--materialize")
+    assert run_cli_in_process("migrate", checkpoint, "--materialize").returncode == 0
+    assert other.read_bytes() == kept and (checkpoint / linked).stat().st_nlink == 1
+    assert scale_shapes(checkpoint) == {()} and format_version(checkpoint) == 2
 
 
 def test_materialize_replaces_links_with_edited_copies_and_leaves_blobs_alone(tmp_path):
