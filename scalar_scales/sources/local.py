@@ -21,6 +21,9 @@ from scalar_scales.shell import command as shell_command
 from scalar_scales.shell import path_argument
 from scalar_scales.sources.checkpoint import (
     CONFIG_NAME,
+    DIFFUSERS_SINGLE_FILE_NAME,
+    INDEX_NAME,
+    SINGLE_FILE_NAME,
     UNIQUE_KEYS,
     OpenedCheckpoint,
     ScaleSelector,
@@ -139,16 +142,22 @@ def resolve_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     return Checkpoint(root, Path(os.path.realpath(root)), config, modelopt_config)
 
 
+_SINGLE_FILE_NAMES = (SINGLE_FILE_NAME, DIFFUSERS_SINGLE_FILE_NAME)
+"""The file a folder without an index is the checkpoint of: transformers', or else diffusers'."""
+
+
 def refuse_a_shard(checkpoint: Checkpoint, command: str, because: str) -> None:
     """Refuse a ``.safetensors`` file a user named that is a shard of the checkpoint in its folder, in one line that
     gives ``scalar-scales COMMAND FOLDER``, since ``command`` takes a checkpoint's shards together ``because``. A
     shard taken alone was judged without its config, and migrated without its marker, which then spoke falsely of
     it. It is a shard where the folder's index names it or, in a folder without an index, where the folder holds
-    config.json; a file the index does not name (``consolidated.safetensors``) is no shard of it. A folder, or a
-    lone file, passes."""
+    config.json; a file the index does not name (``consolidated.safetensors``) is no shard of it. Where the folder
+    has no index and the file is not the one the folder's command takes (``model.safetensors``), that command
+    takes it no more than this one: the line says to write the index first. A folder, or a lone file, passes."""
     if checkpoint.file is None:
         return
     folder = checkpoint.root.parent
+    remedy, lacking = shell_command("scalar-scales", command, path_argument(folder)), ""
     if (name := index_name(lambda name: _kind(folder / name) != "missing")) is not None:
         index = folder / name
         _, names = weight_map_of(read_json_object(_regular(index)), index)
@@ -157,12 +166,15 @@ def refuse_a_shard(checkpoint: Checkpoint, command: str, because: str) -> None:
         why = f"its {name} names it"
     elif _kind(folder / CONFIG_NAME) != "missing":
         why = f"its folder holds {CONFIG_NAME}"
+        single = next((name for name in _SINGLE_FILE_NAMES if _kind(folder / name) != "missing"), None)
+        if checkpoint.root.name != single:
+            taken = f"no {SINGLE_FILE_NAME}" if single is None else f"a {single}, which {command} takes alone"
+            lacking = f", which has no {INDEX_NAME} naming its shards and {taken}"
+            remedy = f"write the index, then {remedy}"
     else:
         return
     raise CheckpointError(
-        checkpoint.root,
-        f"is a shard of the checkpoint {folder} ({why}); {command} {because}: "
-        f"{shell_command('scalar-scales', command, path_argument(folder))}",
+        checkpoint.root, f"is a shard of the checkpoint {folder} ({why}){lacking}; {command} {because}: {remedy}"
     )
 
 

@@ -56,6 +56,43 @@ def test_a_file_beside_a_config_json_without_an_index_is_refused_as_its_checkpoi
     assert "(its folder holds config.json)" in result.stderr
 
 
+def test_a_shard_beside_a_config_json_in_a_folder_without_index_or_model_safetensors_is_told_to_write_the_index(
+    tmp_path,
+):
+    """The folder's command refuses such a folder too (it holds neither an index nor model.safetensors): the line
+    says what the folder lacks, where it gave `scalar-scales migrate DIR`, which refused in turn."""
+    checkpoint = make_checkpoint(tmp_path / "ckpt")
+    (checkpoint / "model.safetensors.index.json").unlink()
+    shard = shards(checkpoint)[0]
+    before = snapshot(checkpoint)
+    result = run_cli_in_process("migrate", shard)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"scalar-scales: error: {shard}: is a shard of the checkpoint {checkpoint} (its folder holds config.json), "
+        "which has no model.safetensors.index.json naming its shards and no model.safetensors; migrate changes a "
+        "checkpoint's shards together, so that config.json's format_version stays true of every one: write the "
+        f"index, then scalar-scales migrate {checkpoint}"
+    ]
+    assert run_cli_in_process("migrate", checkpoint).returncode == 2
+    assert snapshot(checkpoint) == before
+
+
+def test_a_shard_beside_a_model_safetensors_without_an_index_is_told_to_write_the_index(tmp_path):
+    """`migrate DIR` takes the folder's model.safetensors alone, so it would never change this shard either."""
+    checkpoint = make_checkpoint(tmp_path / "ckpt")
+    (checkpoint / "model.safetensors.index.json").unlink()
+    first, *others = shards(checkpoint)
+    first.rename(checkpoint / "model.safetensors")
+    result = run_cli_in_process("migrate", others[0])
+    assert result.returncode == 2
+    assert (
+        "(its folder holds config.json), which has no model.safetensors.index.json naming its shards and a "
+        "model.safetensors, which migrate takes alone; migrate changes a checkpoint's shards together, so that "
+        f"config.json's format_version stays true of every one: write the index, then scalar-scales migrate "
+        f"{checkpoint}"
+    ) in result.stderr
+
+
 def test_a_file_its_folder_s_index_does_not_name_is_migrated_alone(checkpoint):
     """A file beside the shards that the index does not name (a `consolidated.safetensors`) is no shard of the
     checkpoint: it is migrated alone, and config.json, which does not speak for it, stays as it was."""
