@@ -34,6 +34,7 @@ __all__ = [
     "INDEX_NAME",
     "INDEX_NAMES",
     "SINGLE_FILE_NAME",
+    "SINGLE_FILE_NAMES",
     "UNIQUE_KEYS",
     "VALUE_SPAN_GAP",
     "CheckpointLocation",
@@ -59,6 +60,7 @@ _NAMES = ((INDEX_NAME, SINGLE_FILE_NAME), (DIFFUSERS_INDEX_NAME, DIFFUSERS_SINGL
 model) and diffusers' (``ModelMixin.save_pretrained``: ``_add_variant(SAFE_WEIGHTS_NAME)`` and
 ``SAFE_WEIGHTS_INDEX_NAME`` of ``diffusers.utils.constants``), looked for in that order."""
 INDEX_NAMES = tuple(index for index, _ in _NAMES)
+SINGLE_FILE_NAMES = tuple(single for _, single in _NAMES)
 UNIQUE_KEYS = {CONFIG_NAME: "quantization_config", MODELOPT_CONFIG_NAME: "quantization"}
 """What a tool reads of each JSON file to decide, in which no key may be given twice (``files.json_document``)."""
 
@@ -209,7 +211,7 @@ def shard_names(
         if absent := [name for name in names if not is_listed(name)]:
             raise CheckpointError(label(absent[0]), f"named in {index} but {missing}")
         return names, weight_map
-    if (single := next((name for _, name in _NAMES if is_listed(name)), None)) is not None:
+    if (single := next(filter(is_listed, SINGLE_FILE_NAMES), None)) is not None:
         return [single], None
     raise CheckpointError(
         root,

@@ -21,9 +21,9 @@ from scalar_scales.shell import command as shell_command
 from scalar_scales.shell import path_argument
 from scalar_scales.sources.checkpoint import (
     CONFIG_NAME,
-    DIFFUSERS_SINGLE_FILE_NAME,
     INDEX_NAME,
     SINGLE_FILE_NAME,
+    SINGLE_FILE_NAMES,
     UNIQUE_KEYS,
     OpenedCheckpoint,
     ScaleSelector,
@@ -142,10 +142,6 @@ def resolve_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     return Checkpoint(root, Path(os.path.realpath(root)), config, modelopt_config)
 
 
-_SINGLE_FILE_NAMES = (SINGLE_FILE_NAME, DIFFUSERS_SINGLE_FILE_NAME)
-"""The file a folder without an index is the checkpoint of: transformers', or else diffusers'."""
-
-
 def refuse_a_shard(checkpoint: Checkpoint, command: str, because: str) -> None:
     """Refuse a ``.safetensors`` file a user named that is a shard of the checkpoint in its folder, in one line that
     gives ``scalar-scales COMMAND FOLDER``, since ``command`` takes a checkpoint's shards together ``because``. A
@@ -166,7 +162,7 @@ def refuse_a_shard(checkpoint: Checkpoint, command: str, because: str) -> None:
         why = f"its {name} names it"
     elif _kind(folder / CONFIG_NAME) != "missing":
         why = f"its folder holds {CONFIG_NAME}"
-        single = next((name for name in _SINGLE_FILE_NAMES if _kind(folder / name) != "missing"), None)
+        single = next((name for name in SINGLE_FILE_NAMES if _kind(folder / name) != "missing"), None)
         if checkpoint.root.name != single:
             taken = f"no {SINGLE_FILE_NAME}" if single is None else f"a {single}, which {command} takes alone"
             lacking = f", which has no {INDEX_NAME} naming its shards and {taken}"
