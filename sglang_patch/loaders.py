@@ -103,7 +103,7 @@ class _FusedPartners:
 
     def checked(self, weights: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
         for name, tensor in weights:
-            if self.fusions and tensor.numel() == 1 and name.endswith("scale"):
+            if self.fusions and tensor.numel() == 1 and name.endswith(_PER_TENSOR_SCALE_ENDINGS):
                 self._see(name, tensor)
             yield name, tensor
 
@@ -117,6 +117,11 @@ class _FusedPartners:
                     if len(group) == len(parts):
                         del self.waiting[fused_name]
                         _refuse_differing(fused_name, [group[p] for p in parts])
+
+
+_PER_TENSOR_SCALE_ENDINGS = ("scale", ".weight_scale_2")
+"""How a single-value scale's name ends: compressed-tensors' ``*_global_scale``, ModelOpt's ``input_scale`` and its
+``weight_scale_2``, whose 0-D parts DeepSeek's loader fuses by keeping ``q_a_proj``'s."""
 
 
 def _refuse_differing(fused_name: str, parts: list[tuple[str, torch.Tensor]]) -> None:

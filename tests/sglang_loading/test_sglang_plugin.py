@@ -99,6 +99,35 @@ def test_a_gguf_parameter_not_yet_materialized_passes_through_to_sglang_s_loader
     assert torch.equal(param.data, torch.ones(4, 4))
 
 
+def test_modelopt_parts_whose_weight_scale_2_differ_are_refused_by_the_checkpoint_s_names():
+    """ModelOpt writes a layer's weight global scale 0-D as ``weight_scale_2``, and DeepSeek's loader fuses two 0-D
+    parts by keeping ``q_a_proj``'s: through the patched ``load_weights_only``, parts that differ are refused."""
+    import torch
+    from sglang.srt.layers.linear import ReplicatedLinear
+    from sglang.srt.model_loader.loader import DefaultModelLoader
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fused_qkv_a_proj_with_mqa = ReplicatedLinear(4, 4, bias=False, params_dtype=torch.float32)
+
+        def load_weights(self, weights):
+            list(weights)
+
+    parts = [
+        (f"model.layers.0.self_attn.{part}.weight_scale_2", torch.tensor(value))
+        for part, value in (("q_a_proj", 448.0), ("kv_a_proj_with_mqa", 896.0))
+    ]
+    sglang_patch.apply()
+    with pytest.raises(sglang_patch.FusedScalesDifferError) as refused:
+        DefaultModelLoader.load_weights_only(Model(), parts, torch.device("cpu"))
+    assert str(refused.value).startswith(
+        "model.layers.0.self_attn.fused_qkv_a_proj_with_mqa.weight_scale_2: SGLang fuses 2 layers "
+        "(model.layers.0.self_attn.q_a_proj.weight_scale_2 and model.layers.0.self_attn.kv_a_proj_with_mqa."
+        "weight_scale_2) into one, which takes one per-tensor scale, but theirs differ (448.0, 896.0)"
+    )
+
+
 def test_three_fused_parts_whose_scales_differ_are_refused_by_the_checkpoint_s_names():
     """dots.3 fuses ``g_proj`` too (``fused_qkv_a_g_proj_with_mqa``; no checkpoint of it loads on the CPU here):
     through the patched ``load_weights_only``, a model holding that layer is given parts whose weight global
