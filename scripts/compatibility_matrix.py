@@ -285,7 +285,8 @@ def loaders_paragraph(loaders: list[dict[str, Any]]) -> list[str]:
         f"{classes}.",
         "[sglang.md](sglang.md#every-loader-that-fuses) shows what each did, also with parts whose scales differ;",
         "`scalar-scales check` and `migrate` say it of a checkpoint of one of those classes from these loads (a NextN",
-        "draft's class is the one SGLang makes of its target's, which no `config.json` names).",
+        "draft's class is the one SGLang makes of its target's: a checkpoint whose `config.json` names the target's",
+        "class is judged as the target, one that names the draft's class as that class).",
     ]
 
 
