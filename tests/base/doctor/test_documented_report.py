@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import struct
 from pathlib import Path
@@ -61,3 +62,44 @@ def test_the_documented_report_of_a_checkpoint_engines_do_not_load_is_printed(in
     it"."""
     mla_checkpoint(in_tmp / "glm", "Glm4MoeLiteForCausalLM")
     assert check_text("glm") == documented_report("glm: 3 shards")
+
+
+def documented(value: object, printed: object) -> bool:
+    """``printed`` is the documented JSON ``value``: a string ending ``...`` stands for any string it starts, and
+    ``"..."`` in a list for any elements between its neighbours; an object has the documented keys, in order."""
+    if isinstance(value, str) and value.endswith("..."):
+        return isinstance(printed, str) and printed.startswith(value.removesuffix("..."))
+    if isinstance(value, list) and "..." in value:
+        cut = value.index("...")
+        head, tail = value[:cut], value[cut + 1 :]
+        return (
+            isinstance(printed, list)
+            and len(printed) > len(head) + len(tail)
+            and documented(head, printed[: len(head)])
+            and documented(tail, printed[len(printed) - len(tail) :])
+        )
+    if isinstance(value, list):
+        return isinstance(printed, list) and len(value) == len(printed) and all(map(documented, value, printed))
+    if isinstance(value, dict):
+        return (
+            isinstance(printed, dict)
+            and list(value) == list(printed)
+            and all(documented(value[key], printed[key]) for key in value)
+        )
+    return value == printed
+
+
+def test_the_documented_json_document_is_printed(in_tmp):
+    """The JSON section's example: a migrated checkpoint with an input scale of 0, checked by its absolute path
+    (``/ckpt`` in the docs)."""
+    checkpoint = make_checkpoint(in_tmp / "ckpt")
+    zero = "model.layers.1.mlp.experts.2.down_proj.input_global_scale"
+
+    def zeroed(tensors) -> None:
+        tensors[zero]["data"] = struct.pack("<f", 0.0)
+
+    rewrite_shard(shard_of(checkpoint, zero), zeroed)
+    assert run_cli_in_process("migrate", checkpoint).returncode == 0
+    printed = run_cli_in_process("check", checkpoint, "--output-format", "json").stdout
+    (block,) = re.findall(r"^```json\n(.*?)^```$", DOC.read_text(), flags=re.MULTILINE | re.DOTALL)
+    assert documented(json.loads(block), json.loads(printed.replace(str(checkpoint), "/ckpt"))), printed
