@@ -103,3 +103,18 @@ def test_the_documented_json_document_is_printed(in_tmp):
     printed = run_cli_in_process("check", checkpoint, "--output-format", "json").stdout
     (block,) = re.findall(r"^```json\n(.*?)^```$", DOC.read_text(), flags=re.MULTILINE | re.DOTALL)
     assert documented(json.loads(block), json.loads(printed.replace(str(checkpoint), "/ckpt"))), printed
+
+
+def test_the_documented_usage_names_every_option_check_takes():
+    """docs/check.md's usage block names each option ``scalar-scales check --help``'s usage does, and none its help
+    lacks."""
+    help_text = run_cli_in_process("check", "--help", env={"COLUMNS": "200"}).stdout
+    (block,) = [
+        block
+        for block in re.findall(r"^```\n(.*?)^```$", DOC.read_text(), flags=re.MULTILINE | re.DOTALL)
+        if block.startswith("scalar-scales check PATH...")
+    ]
+    option = r"(?<![\w-])--?[a-z][a-z-]*"
+    documented_options = set(re.findall(option, block))
+    assert set(re.findall(option, help_text.split("\n\n", 1)[0])) - {"-h"} <= documented_options
+    assert documented_options <= set(re.findall(option, help_text))
