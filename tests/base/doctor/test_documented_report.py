@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from scalar_scales.doctor import RULES
 from scalar_scales_testkit.broken import mla_checkpoint, rewrite_shard, shard_of
 from scalar_scales_testkit.cli import make_checkpoint, run_cli_in_process
 
@@ -118,3 +119,12 @@ def test_the_documented_usage_names_every_option_check_takes():
     documented_options = set(re.findall(option, block))
     assert set(re.findall(option, help_text.split("\n\n", 1)[0])) - {"-h"} <= documented_options
     assert documented_options <= set(re.findall(option, help_text))
+
+
+def test_the_rules_with_a_fix_are_those_the_docs_name():
+    """docs/check.md, Output: a group's line names a fix where the rule has one, NV101 to NV103 (a command) and
+    NV607 to NV613 (in words); the other rules' lines name none."""
+    commands = ["NV101", "NV102", "NV103"]
+    in_words = ["NV607", "NV608", "NV609", "NV610", "NV611", "NV612", "NV613"]
+    assert [code for code, rule in RULES.items() if rule.fixable] == commands
+    assert [code for code, rule in RULES.items() if rule.fix is not None] == commands + in_words
