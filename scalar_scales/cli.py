@@ -133,7 +133,8 @@ def _build_parser() -> _Parser:
         "dtypes (NV4), an index that disagrees with its shards (NV5), and what config.json declares against what "
         "the shards hold: ignored or untargeted NVFP4 modules, input scales of weight-only groups, KV-cache scales, "
         "undeclared NVFP4 (NV6). Exit 0 when no error is found (or with --exit-zero), 1 when one is (with --strict, "
-        "also a warning), 2 when the checkpoint is unreadable, a configuration file is wrong or the command line is "
+        "also a warning, an engine observed not to load the checkpoint, or nothing checked), 2 when the checkpoint "
+        "is unreadable, a configuration file is wrong, a report file cannot be written or the command line is "
         "wrong. Settings come from the nearest scalar-scales.toml, or pyproject.toml with [tool.scalar-scales], "
         "upward from the checkpoint, under the command line's (--show-settings prints them).",
     )
@@ -142,7 +143,8 @@ def _build_parser() -> _Parser:
         "paths",
         nargs="+",
         metavar="PATH",
-        help="checkpoint folder, .safetensors file, or hf://ORG/NAME[@REVISION]; several are checked one after "
+        help="checkpoint folder, .safetensors file, hf://ORG/NAME[@REVISION], or hf://ORG (each model the Hub lists "
+        "of it); several are checked one after "
         "another, into one output, and the command exits with the worst exit code (2 where one was refused)",
     )
     check.add_argument(
@@ -173,7 +175,11 @@ def _build_parser() -> _Parser:
     check.add_argument(
         "--exit-zero", action="store_true", help="exit 0 even when errors are found (2 still means refused)"
     )
-    check.add_argument("--strict", action="store_true", help="also exit 1 on warnings")
+    check.add_argument(
+        "--strict",
+        action="store_true",
+        help="also exit 1 on warnings, on an engine observed not to load the checkpoint, and where nothing was checked",
+    )
     check.add_argument(
         "--list",
         action="store_true",
@@ -502,10 +508,14 @@ def _check(args: argparse.Namespace) -> int:
         )
     text_out = output_format == "text" and args.output_file is None
     reports: list[CheckReport] = []
+    refusal: CheckpointError | None = None  # the one path's, raised once its report files are emptied
     for path, origin in paths.items():
         try:
             report = _check_one(args, path, settings[origin], said_on_stdout=text_out)
         except CheckpointError as exc:
+            if not several:
+                refusal = exc
+                break
             refused = _refused_alone(exc, several=several)
             continue
         if report is not None:
@@ -527,6 +537,8 @@ def _check(args: argparse.Namespace) -> int:
         _write_report(args.output_file, reports, output_format, context, several=several)
     elif reports and not args.silent:
         _emit_report(reports, output_format, context, several=several)
+    if refusal is not None:
+        raise refusal
     if args.own_process:
         _NOT_FREED.append(reports)
     return REFUSED if refused else max((report.exit_code for report in reports), default=0)

@@ -26,6 +26,7 @@ never its markup (:func:`_markdown`).
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections import Counter
@@ -142,7 +143,7 @@ def annotation(rule: Rule, file: str | None, message: str) -> str:
     title = escape_property(f"{rule.code} {rule.name}")
     if file is None:
         return f"::{LEVELS[rule.severity]} title={title}::{escape_data(message)}"
-    path = escape_property(workspace_path(file) or file)
+    path = escape_property(_local_file(file))
     return f"::{LEVELS[rule.severity]} file={path},title={title}::{escape_data(message)}"
 
 
@@ -211,7 +212,13 @@ def _shown_file(report: CheckReport, file: str) -> str:
     it is in it, else its absolute path."""
     if report.hub is not None:
         return f"{report.hub.canonical}/{report.in_repository(file)}"
-    return workspace_path(file) or file
+    return _local_file(file)
+
+
+def _local_file(file: str) -> str:
+    """A local file relative to the workspace where it is in it, else its absolute path: a path with ``..``
+    (``check ../ckpt``) names no file in the workspace."""
+    return workspace_path(file) or os.path.abspath(file)
 
 
 _MARKUP = re.compile(r"([\\`*_\[\]|~])")

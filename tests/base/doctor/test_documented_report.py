@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import re
 import struct
 from pathlib import Path
 
 import pytest
 
+from scalar_scales.doctor import RULES
 from scalar_scales_testkit.broken import mla_checkpoint, rewrite_shard, shard_of
 from scalar_scales_testkit.cli import make_checkpoint, run_cli_in_process
 
@@ -61,3 +63,68 @@ def test_the_documented_report_of_a_checkpoint_engines_do_not_load_is_printed(in
     it"."""
     mla_checkpoint(in_tmp / "glm", "Glm4MoeLiteForCausalLM")
     assert check_text("glm") == documented_report("glm: 3 shards")
+
+
+def documented(value: object, printed: object) -> bool:
+    """``printed`` is the documented JSON ``value``: a string ending ``...`` stands for any string it starts, and
+    ``"..."`` in a list for any elements between its neighbours; an object has the documented keys, in order."""
+    if isinstance(value, str) and value.endswith("..."):
+        return isinstance(printed, str) and printed.startswith(value.removesuffix("..."))
+    if isinstance(value, list) and "..." in value:
+        cut = value.index("...")
+        head, tail = value[:cut], value[cut + 1 :]
+        return (
+            isinstance(printed, list)
+            and len(printed) > len(head) + len(tail)
+            and documented(head, printed[: len(head)])
+            and documented(tail, printed[len(printed) - len(tail) :])
+        )
+    if isinstance(value, list):
+        return isinstance(printed, list) and len(value) == len(printed) and all(map(documented, value, printed))
+    if isinstance(value, dict):
+        return (
+            isinstance(printed, dict)
+            and list(value) == list(printed)
+            and all(documented(value[key], printed[key]) for key in value)
+        )
+    return value == printed
+
+
+def test_the_documented_json_document_is_printed(in_tmp):
+    """The JSON section's example: a migrated checkpoint with an input scale of 0, checked by its absolute path
+    (``/ckpt`` in the docs)."""
+    checkpoint = make_checkpoint(in_tmp / "ckpt")
+    zero = "model.layers.1.mlp.experts.2.down_proj.input_global_scale"
+
+    def zeroed(tensors) -> None:
+        tensors[zero]["data"] = struct.pack("<f", 0.0)
+
+    rewrite_shard(shard_of(checkpoint, zero), zeroed)
+    assert run_cli_in_process("migrate", checkpoint).returncode == 0
+    printed = run_cli_in_process("check", checkpoint, "--output-format", "json").stdout
+    (block,) = re.findall(r"^```json\n(.*?)^```$", DOC.read_text(), flags=re.MULTILINE | re.DOTALL)
+    assert documented(json.loads(block), json.loads(printed.replace(str(checkpoint), "/ckpt"))), printed
+
+
+def test_the_documented_usage_names_every_option_check_takes():
+    """docs/check.md's usage block names each option ``scalar-scales check --help``'s usage does, and none its help
+    lacks."""
+    help_text = run_cli_in_process("check", "--help", env={"COLUMNS": "200"}).stdout
+    (block,) = [
+        block
+        for block in re.findall(r"^```\n(.*?)^```$", DOC.read_text(), flags=re.MULTILINE | re.DOTALL)
+        if block.startswith("scalar-scales check PATH...")
+    ]
+    option = r"(?<![\w-])--?[a-z][a-z-]*"
+    documented_options = set(re.findall(option, block))
+    assert set(re.findall(option, help_text.split("\n\n", 1)[0])) - {"-h"} <= documented_options
+    assert documented_options <= set(re.findall(option, help_text))
+
+
+def test_the_rules_with_a_fix_are_those_the_docs_name():
+    """docs/check.md, Output: a group's line names a fix where the rule has one, NV101 to NV103 (a command) and
+    NV607 to NV613 (in words); the other rules' lines name none."""
+    commands = ["NV101", "NV102", "NV103"]
+    in_words = ["NV607", "NV608", "NV609", "NV610", "NV611", "NV612", "NV613"]
+    assert [code for code, rule in RULES.items() if rule.fixable] == commands
+    assert [code for code, rule in RULES.items() if rule.fix is not None] == commands + in_words

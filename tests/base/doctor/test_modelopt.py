@@ -14,7 +14,7 @@ import json
 import pytest
 
 from scalar_scales.doctor import RULES
-from scalar_scales.nvfp4 import MODELOPT_LAYOUT
+from scalar_scales.nvfp4 import COMPRESSED_TENSORS_LAYOUT, MODELOPT_LAYOUT
 from scalar_scales_testkit.broken import EXPERT, MODELOPT_CORPUS
 from scalar_scales_testkit.checkpoints import described, tensor_bytes
 from scalar_scales_testkit.cli import rewrite_header, run_cli_in_process, snapshot
@@ -23,8 +23,12 @@ from scalar_scales_testkit.modelopt_exports import EXPORTS, copy_of_export, expo
 MODELOPT_RULES = [code for code, rule in RULES.items() if rule.is_about(MODELOPT_LAYOUT)]
 """The rules applied to a ModelOpt export: every rule but compressed-tensors' own."""
 
-COMPRESSED_TENSORS_OWN = {"NV102", "NV103", "NV604"}
-"""The rules about compressed-tensors' marker and its weight-only groups."""
+COMPRESSED_TENSORS_OWN = {"NV102", "NV103", "NV304", "NV604", "NV613"}
+"""The rules docs/check.md says are applied to compressed-tensors checkpoints only: its marker, its placeholder
+scale, its weight-only groups, its group format."""
+MODELOPT_OWN = {"NV608", "NV611", "NV612"}
+"""The rules docs/check.md says are applied to ModelOpt checkpoints only: its quant_algo against its groups, its
+router, its two declaration files."""
 FORMATS = {"w4a16": "W4A16_NVFP4", "mixed": "MIXED_PRECISION"}
 """The ModelOpt format of each export that is not NVFP4."""
 
@@ -38,6 +42,11 @@ def declared_in_hf_quant_config_only(checkpoint):
 
 def checked(checkpoint, *args):
     return json.loads(run_cli_in_process("check", checkpoint, "--json", *args).stdout)
+
+
+def test_the_rules_about_one_producer_are_those_the_docs_name():
+    assert {code for code, rule in RULES.items() if not rule.is_about(MODELOPT_LAYOUT)} == COMPRESSED_TENSORS_OWN
+    assert {code for code, rule in RULES.items() if not rule.is_about(COMPRESSED_TENSORS_LAYOUT)} == MODELOPT_OWN
 
 
 @pytest.mark.parametrize("name", EXPORTS)

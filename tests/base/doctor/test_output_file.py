@@ -128,3 +128,25 @@ def test_annotations_of_several_checkpoints_are_refused_as_a_format_output_too(c
     result = run_cli_in_process("check", checkpoint, other, "--github-output", tmp_path / "annotations")
     assert result.returncode == 2
     assert "--github-output reports one checkpoint a run" in result.stderr
+
+
+@pytest.mark.parametrize("option", ["--output-file", "--json-output"])
+def test_a_refused_checkpoint_leaves_no_old_report_in_the_file(tmp_path, option):
+    """docs/check.md: where no checkpoint is checked, the file is replaced with an empty one, so that an old report
+    never stays; one path refused, as several are."""
+    report = tmp_path / "report.txt"
+    report.write_text("an old report\n")
+    result = run_cli_in_process("check", tmp_path / "absent", option, report)
+    assert (result.returncode, result.stdout, report.read_text()) == (2, "", "")
+    assert result.stderr == f"scalar-scales: error: {tmp_path / 'absent'}: no such file or folder\n"
+
+
+def test_a_refused_configuration_file_leaves_the_file_as_it_was(tmp_path):
+    """docs/check.md: where every path's configuration file is refused, the command is, before any file is
+    replaced."""
+    checkpoint = make_checkpoint(tmp_path / "ckpt")
+    (checkpoint / "scalar-scales.toml").write_text('strict = "yes"\n')
+    report = tmp_path / "report.txt"
+    report.write_text("an old report\n")
+    result = run_cli_in_process("check", checkpoint, "-o", report)
+    assert (result.returncode, report.read_text()) == (2, "an old report\n")

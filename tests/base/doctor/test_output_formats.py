@@ -476,9 +476,12 @@ def test_github_gives_information_a_notice(clean_in_tmp):
     assert line.startswith("::notice file=config.json,title=NV103 marker-missing::every global scale is 0-D")
 
 
-def test_github_names_a_file_outside_the_workspace_by_its_absolute_path(checkpoint, tmp_path):
+@pytest.mark.parametrize("given", ["absolute", "relative"])
+def test_github_names_a_file_outside_the_workspace_by_its_absolute_path(checkpoint, tmp_path, given):
+    """Given as ``../ckpt`` from the workspace, too: a path with ``..`` is no path in the workspace."""
     (tmp_path / "workspace").mkdir()
-    first = check_in(tmp_path / "workspace", checkpoint, "--output-format", "github").stdout.splitlines()[0]
+    path = checkpoint if given == "absolute" else Path("..") / checkpoint.name
+    first = check_in(tmp_path / "workspace", path, "--output-format", "github").stdout.splitlines()[0]
     assert first.startswith(f"::warning file={checkpoint}/model-00001-of-00003.safetensors,title=")
 
 

@@ -4,11 +4,16 @@ into one output, and one exit code, the worst."""
 from __future__ import annotations
 
 import json
+import shutil
+import struct
 
 import pytest
 
 import scalar_scales
+from scalar_scales_testkit.broken import rewrite_shard, shard_of
 from scalar_scales_testkit.cli import make_checkpoint, run_cli_in_process
+
+ZERO = "model.layers.1.mlp.experts.2.down_proj.input_global_scale"
 
 
 @pytest.fixture(scope="module")
@@ -29,9 +34,14 @@ def test_each_checkpoint_is_reported_as_alone_then_a_line_for_each(folders):
     )
 
 
-def test_the_exit_code_is_the_worst_of_the_checkpoints(folders):
-    assert run_cli_in_process("check", "migrated", "legacy", "--strict", cwd=folders).returncode == 1
-    assert run_cli_in_process("check", "migrated", "legacy", cwd=folders).returncode == 0
+def test_the_exit_code_is_the_worst_of_the_checkpoints(folders, tmp_path):
+    """``legacy`` exits 0 alone, and ``legacy`` with an input scale of 0 exits 1: together, 1, in either order."""
+    legacy = folders / "legacy"
+    broken = shutil.copytree(legacy, tmp_path / "zero-scale")
+    rewrite_shard(shard_of(broken, ZERO), lambda tensors: tensors[ZERO].update(data=struct.pack("<f", 0.0)))
+    alone = [run_cli_in_process("check", path).returncode for path in (legacy, broken)]
+    together = [run_cli_in_process("check", *paths).returncode for paths in ((legacy, broken), (broken, legacy))]
+    assert (alone, together) == ([0, 1], [1, 1])
 
 
 def test_a_refused_path_is_one_line_the_others_are_checked_and_the_command_exits_2(folders):
