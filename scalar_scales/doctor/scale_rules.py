@@ -498,9 +498,10 @@ def _invalid_kv_message(name: str, value: float) -> tuple[str, str]:
         return "is Inf", "vLLM's quantized KV cache takes it as it is, where the other KV-cache scale is above 0"
     shown = "NaN" if math.isnan(value) else "-Inf" if math.isinf(value) else repr(value)
     if _leaf(name) == "k_scale":
+        unless = ", unless v_scale is negative too, when both become 1.0" if value < 0.0 else ""
         return f"is {shown}", (
             "vLLM's quantized KV cache refuses to load the model (its KV-cache method asserts "
-            "k_scale > 0; observed: the engine does not start), unless v_scale is negative too, when both become 1.0"
+            f"k_scale > 0; observed: the engine does not start){unless}"
         )
     return f"is {shown}", (
         "vLLM's quantized KV cache uses k_scale in its place, where k_scale is above 0 (its KV-cache "
