@@ -311,6 +311,22 @@ def test_a_selection_that_leaves_no_rule_is_a_usage_error(clean):
     assert "leaves no rule" in result.stderr
 
 
+@pytest.mark.parametrize(("code", "edit"), [("NV501", "add"), ("NV502", "drop")])
+def test_an_index_finding_says_what_vllm_does_with_it_once(clean, code, edit):
+    """The finding's detail is the disagreement, its why what it does: the detail had held the consequence too."""
+    index_path = clean / INDEX_NAME
+    index = json.loads(index_path.read_text())
+    name = f"{EXPERT}.up_proj.weight_packed"
+    if edit == "add":
+        index["weight_map"][f"{EXPERT}.up_proj.bias"] = index["weight_map"][name]
+    else:
+        del index["weight_map"][name]
+    index_path.write_text(json.dumps(index))
+    [finding] = findings(run_cli_in_process("check", clean, "--json"))
+    assert finding["code"] == code
+    assert finding["message"].count("vLLM loads") == 1, finding["message"]
+
+
 def test_warnings_exit_0_and_strict_makes_them_exit_1(clean):
     index_path = clean / "model.safetensors.index.json"
     index = json.loads(index_path.read_text())
