@@ -304,6 +304,15 @@ def test_a_lone_safetensors_file_is_not_said_to_be_judged_by_the_rules_that_need
     assert summary["rules_applied"] == [code for code in COMPRESSED_TENSORS_RULES if code not in needs_config]
 
 
+@pytest.mark.parametrize(("value", "codes"), [(20.0, []), (25.0, ["NV302"])])
+def test_a_modelopt_input_scale_is_the_other_convention_only_above_65504_over_2688(clean, value, codes):
+    """NV302's explanation: an input_scale of 20 (amax 53,760, within float16's range) is not flagged; above
+    about 24.4 it is a compressed-tensors divisor."""
+    to_modelopt(clean)
+    set_scale_value(clean, ".input_scale", 0, value)
+    assert [f["code"] for f in findings(run_cli_in_process("check", clean, "--json", "--select", "NV302"))] == codes
+
+
 def test_a_selection_that_leaves_no_rule_is_a_usage_error(clean):
     """A check of no rule would pass any checkpoint: it printed "All checks passed: no finding from 0 rules"."""
     result = run_cli_in_process("check", clean, "--select", "NV1", "--ignore", "NV1", "--strict")
