@@ -580,6 +580,15 @@ def test_nv613_names_the_group_its_format_and_each_weights_argument_that_is_not_
     )
 
 
+def test_nv613_reads_type_and_strategy_as_compressed_tensors_does_whatever_their_case(clean):
+    """compressed-tensors' QuantizationArgs lowercases both before vLLM and SGLang compare them: "FLOAT" and
+    "TENSOR_GROUP" are NVFP4's."""
+    config = json.loads((clean / "config.json").read_text())
+    config["quantization_config"]["config_groups"]["group_0"]["weights"].update(type="FLOAT", strategy="TENSOR_GROUP")
+    (clean / "config.json").write_text(json.dumps(config))
+    assert findings(run_cli_in_process("check", clean, "--json")) == []
+
+
 def test_a_model_class_in_the_targets_leaves_the_class_rules_unapplied_and_says_so(clean):
     config = json.loads((clean / "config.json").read_text())
     config["quantization_config"]["config_groups"]["group_0"]["targets"] = ["Linear", "Qwen3MoeTopKRouter"]
