@@ -541,7 +541,13 @@ def _partner_message(parent: str, first: str, kept: float, value: float, layout:
             "with one global scale (read, not run); vLLM-Omni's and SGLang's Wan load them apart"
         )
     if _EXPERT.search(parent):
-        effect = f"vLLM's fused w13 keeps {first}'s and warns \"w1_{scale} must match w3_{scale}\""
+        effect = (
+            f"vLLM's fused w13 keeps {first}'s and warns \"w1_{scale} must match w3_{scale}\" (observed: other "
+            "tokens, vLLM #54150)"
+        )
     else:
-        effect = "vLLM's fused module keeps the largest and warns that accuracy will likely be reduced"
-    return f"{scale} {value!r} differs from {first}'s {kept!r}", f"{effect} (observed: other tokens, vLLM #54150)"
+        effect = (
+            "vLLM's fused module keeps the largest and warns that accuracy will likely be reduced (read, not run: "
+            "the other tokens observed, vLLM #54150, are an expert's w13's)"
+        )
+    return f"{scale} {value!r} differs from {first}'s {kept!r}", effect

@@ -386,22 +386,37 @@ def test_fused_partners_in_two_shards_with_equal_scales_are_not_reported(clean):
     assert (result.returncode, findings(result)) == (0, [])
 
 
-def test_gate_and_up_of_a_dense_mlp_are_partners_too(clean, tmp_path):
-    """Outside experts, vLLM's fused linear keeps the largest global scale rather than the gate's."""
+DENSE_UP = "model.layers.0.mlp.up_proj.weight_global_scale"
+
+
+def dense_mlp_finding(clean, tmp_path):
+    """The one finding of a lone file holding one dense MLP, expert 0's made plain, its up projection's global
+    scale set apart from its gate's."""
     lone = tmp_path / "model.safetensors"
     shutil.copy(shards(clean)[0], lone)
-    up = "model.layers.0.mlp.up_proj.weight_global_scale"
 
     def dense_mlp(tensors):
         expert = {name: tensor for name, tensor in tensors.items() if name.startswith(f"{EXPERT_0}.")}
         tensors.clear()
         tensors.update({name.replace(".experts.0.", "."): tensor for name, tensor in expert.items()})
-        tensors[up]["data"] = struct.pack("<f", 7.5)
+        tensors[DENSE_UP]["data"] = struct.pack("<f", 7.5)
 
     rewrite_shard(lone, dense_mlp)
     [finding] = findings(run_cli_in_process("check", lone, "--json"))
-    assert (finding["code"], finding["tensor"]) == ("NV303", up)
+    return finding
+
+
+def test_gate_and_up_of_a_dense_mlp_are_partners_too(clean, tmp_path):
+    """Outside experts, vLLM's fused linear keeps the largest global scale rather than the gate's."""
+    finding = dense_mlp_finding(clean, tmp_path)
+    assert (finding["code"], finding["tensor"]) == ("NV303", DENSE_UP)
     assert "keeps the largest" in finding["message"]
+
+
+def test_a_dense_mlp_s_partners_say_their_effect_is_read_not_observed(clean, tmp_path):
+    """The other tokens observed were an expert's w13's; no fused linear layer's break was served."""
+    why = dense_mlp_finding(clean, tmp_path)["why"]
+    assert "(observed" not in why and "(read, not run" in why, why
 
 
 def test_a_module_without_weight_scale_is_reported_missing_under_nv203(clean):
