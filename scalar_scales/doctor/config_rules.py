@@ -484,7 +484,7 @@ def nvfp4_group_size(checkpoint: CheckpointView) -> Iterator[Found]:
                 declared.source or "config.json",
                 f"the NVFP4 config group {group.name} ({group.format}) declares {wrong}, but NVFP4 is blocks of "
                 f"{GROUP_SIZE} values",
-                "vLLM refuses the group's experts (compressed-tensors: no NVFP4 scheme) or sizes their block scales "
+                "vLLM refuses the group's modules (compressed-tensors: no NVFP4 scheme) or sizes their block scales "
                 "for the declared size, into which NVFP4's blocks of 16 do not load (observed: the engine does not "
                 "start)",
             )
@@ -795,10 +795,11 @@ def declaration_files_disagree(checkpoint: CheckpointView) -> Iterator[Found]:
           `_is_nvfp4_format`), so they build another scheme, or none (`No
           compressed-tensors compatible scheme was found`), whose parameters
           the packed FP4 tensors do not fit: the engine does not start
-          (observed for the experts: `Unsupported FusedMoe scheme:
-          num_bits=8`, tests/vllm_layers in each release; read for linear
-          layers); SGLang 0.5.23 tests the arguments too
-          (`CompressedTensorsConfig._is_fp4a4_nvfp4`, read).
+          (observed: its experts' `Unsupported FusedMoe scheme:
+          num_bits=8`, tests/vllm_layers in each release, and its linear
+          layers' `No compressed-tensors compatible scheme was found`, the
+          engine's start, docs/check-evidence.md); SGLang 0.5.23 tests the
+          arguments too (`CompressedTensorsConfig._is_fp4a4_nvfp4`, read).
         - compressed-tensors' own decompression (transformers'
           `from_pretrained`) picks its compressor by the format.
 
@@ -817,6 +818,6 @@ def format_contradicts_arguments(checkpoint: CheckpointView) -> Iterator[Found]:
                 f"the config group {group.name} has format {group.format}, but its weights say "
                 f"{', '.join(group.not_nvfp4_weights)}, not NVFP4's",
                 "vLLM 0.23, 0.32 and 0.33 and SGLang 0.5.23 choose the scheme from the weights' arguments, not the "
-                "format, and build one the packed FP4 tensors do not fit, or none (observed for the experts: the "
-                "engine does not start)",
+                "format, and build one the packed FP4 tensors do not fit, or none (observed: the engine does not "
+                "start)",
             )
