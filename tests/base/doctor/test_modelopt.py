@@ -19,6 +19,7 @@ from scalar_scales_testkit.broken import EXPERT, MODELOPT_CORPUS
 from scalar_scales_testkit.checkpoints import described, tensor_bytes
 from scalar_scales_testkit.cli import rewrite_header, run_cli_in_process, snapshot
 from scalar_scales_testkit.modelopt_exports import EXPORTS, copy_of_export, exported
+from scalar_scales_testkit.replicas import Replica, bf16, modelopt_config, modelopt_module, write_replica
 
 MODELOPT_RULES = [code for code, rule in RULES.items() if rule.is_about(MODELOPT_LAYOUT)]
 """The rules applied to a ModelOpt export: every rule but compressed-tensors' own."""
@@ -330,3 +331,17 @@ def test_nv612_holds_the_exclusions_as_sets_and_names_each_files(tmp_path):
         f"the exclusions: config.json's quantization_config says [{', '.join(sorted(excluded))}], "
         f"hf_quant_config.json says [{', '.join(sorted(excluded[:-1]))}]"
     )
+
+
+@pytest.mark.parametrize(("exclude", "codes"), [(("lm_head",), []), ((), ["NV603"])])
+def test_a_bf16_lm_head_that_a_modelopt_declaration_quantizes_is_nv603(tmp_path, exclude, codes):
+    """vLLM's ModelOpt config builds a ParallelLMHead its exclusions do not name as NVFP4 (compressed-tensors'
+    never quantizes one)."""
+    tensors = [bf16("lm_head.weight", 128, 64), *modelopt_module("model.layers.0.self_attn.o_proj")]
+    replica = Replica(
+        {"model.safetensors": tensors},
+        {"architectures": ["LlamaForCausalLM"]},
+        modelopt_config(exclude_modules=exclude),
+    )
+    document = json.loads(run_cli_in_process("check", write_replica(replica, tmp_path / "checkpoint"), "--json").stdout)
+    assert [(f["code"], f["tensor"]) for f in document["findings"]] == [(code, "lm_head.weight") for code in codes]
