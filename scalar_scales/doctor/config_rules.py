@@ -675,7 +675,7 @@ def router_not_excluded(checkpoint: CheckpointView) -> Iterator[Found]:
                 f"quantizes it: the config's {declared.ignore_key} does not name it",
                 f"{_QUANTIZED_ROUTERS[architecture]} build {architecture}'s router as packed FP4 and refuse its weight "
                 "(ModelOpt PR #1858: `Tried to load weights of size [128, 2048] to a parameter of size [128, 1024]`; "
-                "observed for Qwen3-MoE's router); SGLang 0.5.23 builds it unquantized (read)",
+                "observed for Qwen3-MoE's router in vLLM 0.32 and 0.33); SGLang 0.5.23 builds it unquantized (read)",
             )
 
 

@@ -242,6 +242,7 @@ def test_nv611_names_the_router_and_the_exclusions_that_leave_it_quantized(tmp_p
     assert findings[0]["why"].startswith(
         "vLLM 0.23, 0.32 and 0.33 build Qwen3MoeForCausalLM's router as packed FP4 and refuse its weight"
     )
+    assert "observed for Qwen3-MoE's router in vLLM 0.32 and 0.33)" in findings[0]["why"]
 
 
 def test_nv611_is_not_found_for_an_architecture_whose_engines_build_the_router_unquantized(tmp_path):
