@@ -143,8 +143,13 @@ class IndexDisagreement(NamedTuple):
     listed: bool
 
     @property
-    def problem(self) -> str:
+    def detail(self) -> str:
+        """What disagrees, without what it does (a check finding gives that in its rule's words)."""
         return _LISTED_NOT_HELD if self.listed else _HELD_NOT_LISTED
+
+    @property
+    def problem(self) -> str:
+        return f"{self.detail}: {_LISTED_NOT_HELD_MEANS if self.listed else _HELD_NOT_LISTED_MEANS}"
 
     def error(self) -> CheckpointError:
         return CheckpointError(self.file, self.problem, tensor=self.tensor)
@@ -345,12 +350,13 @@ def _check_single_values(header: SafetensorsHeader, indices: list[int]) -> None:
     raise CheckpointError(header.path, problem, header.names[i])
 
 
-_LISTED_NOT_HELD = (
-    f"named for this shard in {INDEX_NAME} but not in it: vLLM loads every tensor of the files the index lists and "
-    "serves the checkpoint as it would without the entry (observed); a tool that looks tensors up by the index's "
-    "names does not find it"
+_LISTED_NOT_HELD = f"named for this shard in {INDEX_NAME} but not in it"
+_LISTED_NOT_HELD_MEANS = (
+    "vLLM loads every tensor of the files the index lists and serves the checkpoint as it would without the entry "
+    "(observed); a tool that looks tensors up by the index's names does not find it"
 )
-_HELD_NOT_LISTED = (
-    f"in this shard but not in {INDEX_NAME}'s weight_map: vLLM loads every tensor of the files the index lists, "
-    "this one too (observed); a tool that reads only what the index names leaves it out"
+_HELD_NOT_LISTED = f"in this shard but not in {INDEX_NAME}'s weight_map"
+_HELD_NOT_LISTED_MEANS = (
+    "vLLM loads every tensor of the files the index lists, this one too (observed); a tool that reads only what "
+    "the index names leaves it out"
 )

@@ -177,8 +177,11 @@ def quantized_but_not_targeted(checkpoint: CheckpointView) -> Iterator[Found]:
         compressed-tensors' layout it finds a `weight` it has no parameter for,
         and does not start. ModelOpt names its packed FP4 weight `weight` too, so
         vLLM loads the stored weight's bytes as FP4 values and finds no scales for
-        them: NaN output. `lm_head` is not judged: vLLM never quantizes it under
-        compressed-tensors.
+        them: NaN output. `lm_head` is judged in ModelOpt's declarations
+        alone: vLLM never quantizes it under compressed-tensors (whose
+        `get_quant_method` quantizes linear layers, and `lm_head` is an
+        embedding's `ParallelLMHead`), and under ModelOpt builds it as NVFP4
+        where the exclusions do not name it (`ModelOptQuantConfigBase.get_quant_method`).
         """,
 )
 def targeted_but_not_nvfp4(checkpoint: CheckpointView) -> Iterator[Found]:
@@ -191,16 +194,25 @@ def targeted_but_not_nvfp4(checkpoint: CheckpointView) -> Iterator[Found]:
         ("quantized", "quantized another way (its weight is not FP4)"),
         ("linear", "unquantized"),
     )
+    declared = checkpoint.expectations.declared
+    heads_quantized = declared is not None and declared.producer == MODELOPT
     for kind, how in stored:
         for module, (groups, ignored) in _modules(checkpoint, kind):
-            if groups and not ignored and not module.endswith("lm_head"):
+            head = module.endswith("lm_head")
+            if groups and not ignored and (heads_quantized or not head):
                 tensor = f"{module}.weight"
                 yield (
                     tensor,
                     _file_of(checkpoint, tensor),
                     f"the NVFP4 config group {groups[0].name} targets this module, but it is stored {how}",
-                    f"vLLM builds it as NVFP4 and {effect}",
+                    _HEAD_EFFECT if head else f"vLLM builds it as NVFP4 and {effect}",
                 )
+
+
+_HEAD_EFFECT = (
+    "vLLM builds a ParallelLMHead the ModelOpt exclusions do not name as NVFP4 (read, not run: "
+    "ModelOptQuantConfigBase.get_quant_method), with no NVFP4 tensor for it"
+)
 
 
 @checkpoint_rule(
@@ -484,7 +496,7 @@ def nvfp4_group_size(checkpoint: CheckpointView) -> Iterator[Found]:
                 declared.source or "config.json",
                 f"the NVFP4 config group {group.name} ({group.format}) declares {wrong}, but NVFP4 is blocks of "
                 f"{GROUP_SIZE} values",
-                "vLLM refuses the group's experts (compressed-tensors: no NVFP4 scheme) or sizes their block scales "
+                "vLLM refuses the group's modules (compressed-tensors: no NVFP4 scheme) or sizes their block scales "
                 "for the declared size, into which NVFP4's blocks of 16 do not load (observed: the engine does not "
                 "start)",
             )
@@ -663,7 +675,7 @@ def router_not_excluded(checkpoint: CheckpointView) -> Iterator[Found]:
                 f"quantizes it: the config's {declared.ignore_key} does not name it",
                 f"{_QUANTIZED_ROUTERS[architecture]} build {architecture}'s router as packed FP4 and refuse its weight "
                 "(ModelOpt PR #1858: `Tried to load weights of size [128, 2048] to a parameter of size [128, 1024]`; "
-                "observed for Qwen3-MoE's router); SGLang 0.5.23 builds it unquantized (read)",
+                "observed for Qwen3-MoE's router in vLLM 0.32 and 0.33); SGLang 0.5.23 builds it unquantized (read)",
             )
 
 
@@ -795,10 +807,11 @@ def declaration_files_disagree(checkpoint: CheckpointView) -> Iterator[Found]:
           `_is_nvfp4_format`), so they build another scheme, or none (`No
           compressed-tensors compatible scheme was found`), whose parameters
           the packed FP4 tensors do not fit: the engine does not start
-          (observed for the experts: `Unsupported FusedMoe scheme:
-          num_bits=8`, tests/vllm_layers in each release; read for linear
-          layers); SGLang 0.5.23 tests the arguments too
-          (`CompressedTensorsConfig._is_fp4a4_nvfp4`, read).
+          (observed: its experts' `Unsupported FusedMoe scheme:
+          num_bits=8`, tests/vllm_layers in each release, and its linear
+          layers' `No compressed-tensors compatible scheme was found`, the
+          engine's start, docs/check-evidence.md); SGLang 0.5.23 tests the
+          arguments too (`CompressedTensorsConfig._is_fp4a4_nvfp4`, read).
         - compressed-tensors' own decompression (transformers'
           `from_pretrained`) picks its compressor by the format.
 
@@ -817,6 +830,6 @@ def format_contradicts_arguments(checkpoint: CheckpointView) -> Iterator[Found]:
                 f"the config group {group.name} has format {group.format}, but its weights say "
                 f"{', '.join(group.not_nvfp4_weights)}, not NVFP4's",
                 "vLLM 0.23, 0.32 and 0.33 and SGLang 0.5.23 choose the scheme from the weights' arguments, not the "
-                "format, and build one the packed FP4 tensors do not fit, or none (observed for the experts: the "
-                "engine does not start)",
+                "format, and build one the packed FP4 tensors do not fit, or none (observed: the engine does not "
+                "start)",
             )

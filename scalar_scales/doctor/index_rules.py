@@ -38,7 +38,7 @@ def index_names_missing_tensor(checkpoint: CheckpointView) -> Iterator[Found]:
     )
     for found in checkpoint.scan.index_disagreements:
         if found.listed:
-            yield found.tensor, str(found.file), found.problem, why
+            yield found.tensor, str(found.file), found.detail, why
 
 
 @checkpoint_rule(
@@ -60,4 +60,4 @@ def tensor_not_in_index(checkpoint: CheckpointView) -> Iterator[Found]:
     why = "vLLM loads it anyway; a tool that reads only what the index names leaves it out"
     for found in checkpoint.scan.index_disagreements:
         if not found.listed:
-            yield found.tensor, str(found.file), found.problem, why
+            yield found.tensor, str(found.file), found.detail, why

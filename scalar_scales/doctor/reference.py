@@ -19,7 +19,7 @@ command fails where this file differs. [check.md](check.md) says how the
 rules are applied and reported. Each rule's example is a case of the broken
 corpus (`scalar_scales_testkit.broken`), made in each layout the rule is
 about: the test command holds the rule to finding it, and no other rule to
-finding anything in it.
+finding anything in it but those its example names as found alongside.
 
 The codes are stable. NV1 covers the scale layout and its marker, NV2 the
 tensors a server needs and cannot find, NV3 the scale values, NV4 shapes and
@@ -51,7 +51,11 @@ def rule_reference(rule: Rule) -> str:
         lines.append(f"Applied to {' and '.join(sorted(rule.producers))} checkpoints only.")
     if rule.needs:
         lines.append(f"Applied only to a checkpoint with {' and '.join(NEEDS[need] for need in rule.needs)}.")
-    examples = [f"Example: `{example.name}`, {example.summary}." for example in rule.examples]
+    examples = [
+        f"Example: `{example.name}`, {example.summary}"
+        + (f" ({', '.join(example.alongside)} found alongside)." if example.alongside else ".")
+        for example in rule.examples
+    ]
     return "\n\n".join(["\n".join(lines), rule.explanation, *examples]) + "\n"
 
 

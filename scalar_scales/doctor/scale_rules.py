@@ -498,9 +498,10 @@ def _invalid_kv_message(name: str, value: float) -> tuple[str, str]:
         return "is Inf", "vLLM's quantized KV cache takes it as it is, where the other KV-cache scale is above 0"
     shown = "NaN" if math.isnan(value) else "-Inf" if math.isinf(value) else repr(value)
     if _leaf(name) == "k_scale":
+        unless = ", unless v_scale is negative too, when both become 1.0" if value < 0.0 else ""
         return f"is {shown}", (
             "vLLM's quantized KV cache refuses to load the model (its KV-cache method asserts "
-            "k_scale > 0; observed: the engine does not start), unless v_scale is negative too, when both become 1.0"
+            f"k_scale > 0; observed: the engine does not start){unless}"
         )
     return f"is {shown}", (
         "vLLM's quantized KV cache uses k_scale in its place, where k_scale is above 0 (its KV-cache "
@@ -540,7 +541,13 @@ def _partner_message(parent: str, first: str, kept: float, value: float, layout:
             "with one global scale (read, not run); vLLM-Omni's and SGLang's Wan load them apart"
         )
     if _EXPERT.search(parent):
-        effect = f"vLLM's fused w13 keeps {first}'s and warns \"w1_{scale} must match w3_{scale}\""
+        effect = (
+            f"vLLM's fused w13 keeps {first}'s and warns \"w1_{scale} must match w3_{scale}\" (observed: other "
+            "tokens, vLLM #54150)"
+        )
     else:
-        effect = "vLLM's fused module keeps the largest and warns that accuracy will likely be reduced"
-    return f"{scale} {value!r} differs from {first}'s {kept!r}", f"{effect} (observed: other tokens, vLLM #54150)"
+        effect = (
+            "vLLM's fused module keeps the largest and warns that accuracy will likely be reduced (read, not run: "
+            "the other tokens observed, vLLM #54150, are an expert's w13's)"
+        )
+    return f"{scale} {value!r} differs from {first}'s {kept!r}", effect

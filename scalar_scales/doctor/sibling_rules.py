@@ -130,7 +130,7 @@ def placeholder_scale(checkpoint: CheckpointView) -> Iterator[Found]:
         A global scale (`weight_global_scale`/`input_global_scale`,
         ModelOpt's `weight_scale_2`/`input_scale`) far from its siblings':
         the same projection in the other experts of its MoE layer, or,
-        outside the experts, a weight scale's in the other layers (three at
+        outside the experts, a weight scale's in the other layers (two at
         the least). An input scale outside the experts is not judged against
         other layers: an activation's range changes with depth, and a layer's
         few massive activations set it apart by orders of magnitude. Far
@@ -327,7 +327,7 @@ def _outlier_message(
     amax, typical = _amax(value, layout), _amax(median, layout)
     detail = (
         f"{leaf} {value:.6g} (amax {amax:.4g}) is {max(value, median) / min(value, median):.3g} times from its "
-        f"siblings' median {median:.6g} (amax {typical:.4g}); its siblings ({group.what}) range {low:.6g} to {high:.6g}"
+        f"group's median {median:.6g} (amax {typical:.4g}); its siblings ({group.what}) range {low:.6g} to {high:.6g}"
     )
     if leaf == layout.weight_global:
         why = "a calibration outlier: the module's weights were quantized against a range orders of magnitude apart"

@@ -224,14 +224,21 @@ def _compressed_tensors(quantization_config: Mapping[str, Any], path: str) -> De
 
 _NVFP4_ARGUMENTS = (("num_bits", 4), ("type", "float"), ("strategy", "tensor_group"), ("symmetric", True))
 """compressed-tensors' quantization arguments of NVFP4 weights, but the group size (vLLM's ``_is_nvfp4_format``)."""
+_LOWERED = frozenset({"type", "strategy"})
+"""The arguments compressed-tensors' ``QuantizationArgs`` lowercases before the engines compare them (its
+``validate_type`` and ``validate_strategy``): ``"FLOAT"`` is NVFP4's ``float``."""
 
 
 def _not_nvfp4(arguments: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(
         f"{key} {printable(json.dumps(arguments[key]))}"
         for key, value in _NVFP4_ARGUMENTS
-        if key in arguments and arguments[key] != value
+        if key in arguments and _as_read(key, arguments[key]) != value
     )
+
+
+def _as_read(key: str, value: object) -> object:
+    return value.lower() if key in _LOWERED and isinstance(value, str) else value
 
 
 def _modelopt(

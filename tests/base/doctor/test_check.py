@@ -304,11 +304,36 @@ def test_a_lone_safetensors_file_is_not_said_to_be_judged_by_the_rules_that_need
     assert summary["rules_applied"] == [code for code in COMPRESSED_TENSORS_RULES if code not in needs_config]
 
 
+@pytest.mark.parametrize(("value", "codes"), [(20.0, []), (25.0, ["NV302"])])
+def test_a_modelopt_input_scale_is_the_other_convention_only_above_65504_over_2688(clean, value, codes):
+    """NV302's explanation: an input_scale of 20 (amax 53,760, within float16's range) is not flagged; above
+    about 24.4 it is a compressed-tensors divisor."""
+    to_modelopt(clean)
+    set_scale_value(clean, ".input_scale", 0, value)
+    assert [f["code"] for f in findings(run_cli_in_process("check", clean, "--json", "--select", "NV302"))] == codes
+
+
 def test_a_selection_that_leaves_no_rule_is_a_usage_error(clean):
     """A check of no rule would pass any checkpoint: it printed "All checks passed: no finding from 0 rules"."""
     result = run_cli_in_process("check", clean, "--select", "NV1", "--ignore", "NV1", "--strict")
     assert (result.returncode, result.stdout, result.stderr.count("\n")) == (2, "", 1)
     assert "leaves no rule" in result.stderr
+
+
+@pytest.mark.parametrize(("code", "edit"), [("NV501", "add"), ("NV502", "drop")])
+def test_an_index_finding_says_what_vllm_does_with_it_once(clean, code, edit):
+    """The finding's detail is the disagreement, its why what it does: the detail had held the consequence too."""
+    index_path = clean / INDEX_NAME
+    index = json.loads(index_path.read_text())
+    name = f"{EXPERT}.up_proj.weight_packed"
+    if edit == "add":
+        index["weight_map"][f"{EXPERT}.up_proj.bias"] = index["weight_map"][name]
+    else:
+        del index["weight_map"][name]
+    index_path.write_text(json.dumps(index))
+    [finding] = findings(run_cli_in_process("check", clean, "--json"))
+    assert finding["code"] == code
+    assert finding["message"].count("vLLM loads") == 1, finding["message"]
 
 
 def test_warnings_exit_0_and_strict_makes_them_exit_1(clean):
@@ -365,22 +390,37 @@ def test_fused_partners_in_two_shards_with_equal_scales_are_not_reported(clean):
     assert (result.returncode, findings(result)) == (0, [])
 
 
-def test_gate_and_up_of_a_dense_mlp_are_partners_too(clean, tmp_path):
-    """Outside experts, vLLM's fused linear keeps the largest global scale rather than the gate's."""
+DENSE_UP = "model.layers.0.mlp.up_proj.weight_global_scale"
+
+
+def dense_mlp_finding(clean, tmp_path):
+    """The one finding of a lone file holding one dense MLP, expert 0's made plain, its up projection's global
+    scale set apart from its gate's."""
     lone = tmp_path / "model.safetensors"
     shutil.copy(shards(clean)[0], lone)
-    up = "model.layers.0.mlp.up_proj.weight_global_scale"
 
     def dense_mlp(tensors):
         expert = {name: tensor for name, tensor in tensors.items() if name.startswith(f"{EXPERT_0}.")}
         tensors.clear()
         tensors.update({name.replace(".experts.0.", "."): tensor for name, tensor in expert.items()})
-        tensors[up]["data"] = struct.pack("<f", 7.5)
+        tensors[DENSE_UP]["data"] = struct.pack("<f", 7.5)
 
     rewrite_shard(lone, dense_mlp)
     [finding] = findings(run_cli_in_process("check", lone, "--json"))
-    assert (finding["code"], finding["tensor"]) == ("NV303", up)
+    return finding
+
+
+def test_gate_and_up_of_a_dense_mlp_are_partners_too(clean, tmp_path):
+    """Outside experts, vLLM's fused linear keeps the largest global scale rather than the gate's."""
+    finding = dense_mlp_finding(clean, tmp_path)
+    assert (finding["code"], finding["tensor"]) == ("NV303", DENSE_UP)
     assert "keeps the largest" in finding["message"]
+
+
+def test_a_dense_mlp_s_partners_say_their_effect_is_read_not_observed(clean, tmp_path):
+    """The other tokens observed were an expert's w13's; no fused linear layer's break was served."""
+    why = dense_mlp_finding(clean, tmp_path)["why"]
+    assert "(observed" not in why and "(read, not run" in why, why
 
 
 def test_a_module_without_weight_scale_is_reported_missing_under_nv203(clean):
@@ -557,6 +597,15 @@ def test_nv613_names_the_group_its_format_and_each_weights_argument_that_is_not_
         'the config group group_0 has format nvfp4-pack-quantized, but its weights say type "int", symmetric '
         "false, not NVFP4's"
     )
+
+
+def test_nv613_reads_type_and_strategy_as_compressed_tensors_does_whatever_their_case(clean):
+    """compressed-tensors' QuantizationArgs lowercases both before vLLM and SGLang compare them: "FLOAT" and
+    "TENSOR_GROUP" are NVFP4's."""
+    config = json.loads((clean / "config.json").read_text())
+    config["quantization_config"]["config_groups"]["group_0"]["weights"].update(type="FLOAT", strategy="TENSOR_GROUP")
+    (clean / "config.json").write_text(json.dumps(config))
+    assert findings(run_cli_in_process("check", clean, "--json")) == []
 
 
 def test_a_model_class_in_the_targets_leaves_the_class_rules_unapplied_and_says_so(clean):

@@ -92,6 +92,20 @@ def test_compressed_tensors_kv_scales_of_shape_1_are_checked_by_default(tmp_path
     assert list(kv_findings(checkpoint)) == [wrong]
 
 
+@pytest.mark.parametrize("k", [0.0, math.nan])
+def test_a_k_scale_of_0_or_nan_beside_a_negative_v_scale_says_vllm_refuses_with_no_way_out(tmp_path, k):
+    """vLLM's KV-cache method uses 1.0 for both only where both are below 0; a k_scale of 0 or NaN fails its
+    ``assert k_scale > 0`` whatever the v_scale is."""
+    checkpoint = compressed_tensors_with_kv_scales(tmp_path / "ct", k, -1.0)
+    message = kv_findings(checkpoint)[CT_K]["message"]
+    assert message.endswith("asserts k_scale > 0; observed: the engine does not start)"), message
+
+
+def test_a_negative_k_scale_says_a_negative_v_scale_makes_both_1(tmp_path):
+    checkpoint = compressed_tensors_with_kv_scales(tmp_path / "ct", -1.0, -1.0)
+    assert kv_findings(checkpoint)[CT_K]["message"].endswith("unless v_scale is negative too, when both become 1.0")
+
+
 def test_intact_compressed_tensors_kv_scales_of_shape_1_give_no_finding(tmp_path):
     checkpoint = compressed_tensors_with_kv_scales(tmp_path / "ct")
     result = run_cli_in_process("check", checkpoint)

@@ -19,6 +19,7 @@ from scalar_scales_testkit.broken import EXPERT, MODELOPT_CORPUS
 from scalar_scales_testkit.checkpoints import described, tensor_bytes
 from scalar_scales_testkit.cli import rewrite_header, run_cli_in_process, snapshot
 from scalar_scales_testkit.modelopt_exports import EXPORTS, copy_of_export, exported
+from scalar_scales_testkit.replicas import Replica, bf16, modelopt_config, modelopt_module, write_replica
 
 MODELOPT_RULES = [code for code, rule in RULES.items() if rule.is_about(MODELOPT_LAYOUT)]
 """The rules applied to a ModelOpt export: every rule but compressed-tensors' own."""
@@ -250,6 +251,7 @@ def test_nv611_names_the_router_and_the_exclusions_that_leave_it_quantized(tmp_p
     assert findings[0]["why"].startswith(
         "vLLM 0.23, 0.32 and 0.33 build Qwen3MoeForCausalLM's router as packed FP4 and refuse its weight"
     )
+    assert "observed for Qwen3-MoE's router in vLLM 0.32 and 0.33)" in findings[0]["why"]
 
 
 def test_nv611_is_not_found_for_an_architecture_whose_engines_build_the_router_unquantized(tmp_path):
@@ -339,3 +341,17 @@ def test_nv612_holds_the_exclusions_as_sets_and_names_each_files(tmp_path):
         f"the exclusions: config.json's quantization_config says [{', '.join(sorted(excluded))}], "
         f"hf_quant_config.json says [{', '.join(sorted(excluded[:-1]))}]"
     )
+
+
+@pytest.mark.parametrize(("exclude", "codes"), [(("lm_head",), []), ((), ["NV603"])])
+def test_a_bf16_lm_head_that_a_modelopt_declaration_quantizes_is_nv603(tmp_path, exclude, codes):
+    """vLLM's ModelOpt config builds a ParallelLMHead its exclusions do not name as NVFP4 (compressed-tensors'
+    never quantizes one)."""
+    tensors = [bf16("lm_head.weight", 128, 64), *modelopt_module("model.layers.0.self_attn.o_proj")]
+    replica = Replica(
+        {"model.safetensors": tensors},
+        {"architectures": ["LlamaForCausalLM"]},
+        modelopt_config(exclude_modules=exclude),
+    )
+    document = json.loads(run_cli_in_process("check", write_replica(replica, tmp_path / "checkpoint"), "--json").stdout)
+    assert [(f["code"], f["tensor"]) for f in document["findings"]] == [(code, "lm_head.weight") for code in codes]

@@ -42,6 +42,13 @@ def test_rule_code_prints_that_rules_reference(code):
     assert rule.explanation and rule.explanation in result.stdout
 
 
+@pytest.mark.parametrize(("code", "alongside"), [("NV102", "NV101"), ("NV609", "NV401")])
+def test_a_reference_example_names_the_rules_its_break_brings_alongside(code, alongside):
+    """The reference's introduction says no other rule finds anything in an example but those it names, and the
+    broken corpus holds these examples to finding both rules."""
+    assert f"({alongside} found alongside)." in rule_reference(RULES[code])
+
+
 def test_rule_as_json_is_one_object_of_the_rule_s_data():
     result = run_cli_in_process("rule", "NV101", "--output-format", "json")
     data = json.loads(result.stdout)

@@ -75,8 +75,17 @@ def test_a_value_a_thousand_times_from_its_siblings_median_is_an_outlier_warning
     (finding,) = findings(checkpoint)
     assert (finding["code"], finding["severity"], finding["tensor"]) == ("NV305", "warning", f"{LAYER}.0.{INPUT}")
     message = str(finding["message"])
-    assert "input_global_scale 2e+06 (amax 0.001344) is 1.91e+03 times from its siblings' median 1048.81" in message
+    assert "input_global_scale 2e+06 (amax 0.001344) is 1.91e+03 times from its group's median 1048.81" in message
     assert "range 900 to 1100" in message
+
+
+def test_a_value_far_from_two_calibrated_siblings_is_an_outlier(tmp_path):
+    """Two siblings are enough (a group of three): the fourth expert's scale of 0 is NV301's and no sibling."""
+    checkpoint = clean_checkpoint(tmp_path / "checkpoint")
+    set_values(checkpoint, {f"{LAYER}.{expert}.{INPUT}": value for expert, value in enumerate((1e10, 1e3, 1100, 0.0))})
+    (finding,) = findings(checkpoint)
+    assert (finding["code"], finding["tensor"]) == ("NV305", f"{LAYER}.0.{INPUT}")
+    assert "its group's median 1100" in str(finding["message"])
 
 
 def test_a_value_in_the_other_convention_is_nv302s_and_not_an_outlier(tmp_path):
