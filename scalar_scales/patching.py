@@ -222,8 +222,9 @@ class PatchSet:
                 f"{self.name} supports {_described(self.supports)}; "
                 f"{'none of them is' if len(self.supports) > 1 else 'it is not'} installed, so nothing was patched"
             )
+        allowed = switch(ALLOW_UNTESTED_ENV)  # read wherever it would not matter too: a typo is never silent
         outside = {name: version for name, version in installed.items() if not self.accepts(name, version)}
-        if outside and not switch(ALLOW_UNTESTED_ENV):
+        if outside and not allowed:
             raise self._refused(outside, "", f" ({ALLOW_UNTESTED_ENV}=1 tries anyway)")
         return installed, outside
 

@@ -19,8 +19,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from scalar_scales.environment import switch
 from scalar_scales.import_hook import once_imported
-from scalar_scales.patching import UnsupportedUpstreamError
+from scalar_scales.patching import ALLOW_UNTESTED_ENV, UnsupportedUpstreamError
 from vllm_patch.platform_gate import current_platform, should_emulate
 from vllm_patch.targets import LOADER_MODULES, emulated_modules
 from vllm_patch.vllm_logging import vllm_logger
@@ -49,6 +50,7 @@ def register() -> None:
         if allowed is not None and ENTRY_POINT not in allowed:
             return
         emulating = should_emulate(current_platform())  # a switch set wrong refuses before anything is hooked
+        switch(ALLOW_UNTESTED_ENV)
         once_imported(LOADER_MODULES, _never_raising(apply, "could not patch the MoE loader"))
         if emulating:
             for module in emulated_modules(vllm_version()):

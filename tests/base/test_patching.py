@@ -12,6 +12,7 @@ from importlib import metadata
 
 import pytest
 
+from scalar_scales.environment import SwitchValueError
 from scalar_scales.patching import ALLOW_UNTESTED_ENV, Patch, PatchSet, UnsupportedUpstreamError, within
 
 PYTEST = metadata.version("pytest")
@@ -103,6 +104,16 @@ def test_the_opt_in_patches_a_release_outside_the_declaration_with_one_warning(u
     assert warned == [
         f"test supports pytest <1; pytest {PYTEST} is installed, patched anyway because {ALLOW_UNTESTED_ENV}=1"
     ]
+
+
+def test_an_opt_in_set_wrong_refuses_a_declared_release_too_naming_the_variable(upstream, monkeypatch):
+    """docs/environment.md: a typo never silently keeps the default. The opt-in was read only for a release
+    outside the declaration, so `yes` went unsaid wherever the release was declared."""
+    monkeypatch.setenv(ALLOW_UNTESTED_ENV, "yes")
+    patches = patch_set(HELPER)
+    with pytest.raises(SwitchValueError, match=f"^{ALLOW_UNTESTED_ENV} must be 0 or 1, not 'yes'$"):
+        patches.apply()
+    assert upstream.helper() == "original" and not patches.is_applied()
 
 
 def test_the_opt_in_still_refuses_a_row_that_does_not_resolve_and_warns_of_nothing(upstream, monkeypatch):

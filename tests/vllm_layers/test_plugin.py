@@ -131,6 +131,16 @@ def test_an_emulation_switch_set_wrong_is_one_warning_naming_it_and_leaves_vllm_
     assert "nothing patched" in warning
 
 
+def test_an_opt_in_set_wrong_is_one_warning_naming_it_and_leaves_vllm_as_it_is():
+    """docs/environment.md: a typo leaves vLLM as it is, in one warning line. The opt-in was read only for a release
+    outside the declaration, so on a declared one vLLM was patched and `yes` went unsaid."""
+    output = python(DISCOVER + IMPORT_NVFP4_CODE, SCALAR_SCALES_ALLOW_UNTESTED_UPSTREAM="yes")
+    assert "applied: False" in output
+    (warning,) = [line for line in output.splitlines() if "scalar-scales" in line]
+    assert "SCALAR_SCALES_ALLOW_UNTESTED_UPSTREAM must be 0 or 1, not 'yes'" in warning
+    assert "nothing patched" in warning
+
+
 def test_register_logs_one_line_naming_the_version_each_method_and_what_its_wrapper_does(caplog):
     """In a process that has imported vLLM's MoE loader, as every process that loads a MoE model has."""
     import_dotted(plan_loader_patches().owner)
