@@ -229,7 +229,8 @@ def _build_parser() -> _Parser:
         "--staged",
         action="store_true",
         help="check the folder as git's staging area holds it, what the next commit holds (the pre-commit hook); "
-        "nothing to check where the staged changes touch none of its files",
+        "nothing to check where staged changes touch none of its files; with no staged change at all (pre-commit "
+        "run outside a commit), what is staged is the last commit, and that is checked",
     )
 
     rule = commands.add_parser(
