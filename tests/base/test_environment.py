@@ -11,7 +11,7 @@ from scalar_scales.environment import OTHERS_SETTINGS, SWITCHES, SwitchValueErro
 from scalar_scales_testkit.cli import run_cli_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT = ("scalar_scales", "compressed_tensors_patch", "vllm_patch")
+PRODUCT = ("scalar_scales", "compressed_tensors_patch", "vllm_patch", "sglang_patch")
 
 
 def documented() -> dict[str, tuple[str, str]]:
