@@ -255,8 +255,9 @@ def _build_parser() -> _Parser:
         help="rewrite shard headers so scales are 0-D (or back to legacy (1,)), no tensor data touched",
         description="Change NVFP4 global scales (and the per-tensor scales --include names) between (1,) and 0-D "
         "by editing each shard's header: in place where it keeps its length, else in a new file renamed over "
-        "the shard (no tensor data changes either way), then set config.json's format_version. Crash-safe and "
-        "idempotent. --check changes nothing and exits 1 where it would change something.",
+        "the shard (no tensor data changes either way), then set config.json's format_version. A ModelOpt "
+        "checkpoint's scales go to 0-D only, its configs unchanged (they have no marker); --to legacy and --include "
+        "refuse it. Crash-safe and idempotent. --check changes nothing and exits 1 where it would change something.",
     )
     migrate.set_defaults(parser=migrate)
     migrate.add_argument("path", help="checkpoint folder or .safetensors file")
