@@ -143,9 +143,10 @@ def _build_parser() -> _Parser:
         "paths",
         nargs="+",
         metavar="PATH",
-        help="checkpoint folder, .safetensors file, hf://ORG/NAME[@REVISION], or hf://ORG (each model the Hub lists "
-        "of it); several are checked one after "
-        "another, into one output, and the command exits with the worst exit code (2 where one was refused)",
+        help="checkpoint folder, .safetensors file, hf://ORG/NAME[@REVISION] (or its page's address, "
+        "https://huggingface.co/ORG/NAME[/tree/REVISION]), or hf://ORG (each model the Hub lists of it); several "
+        "are checked one after another, into one output, and the command exits with the worst exit code (2 where "
+        "one was refused)",
     )
     check.add_argument(
         "--select", action="append", default=[], metavar="CODE", help="only these rules (codes or prefixes: NV1, NV301)"
