@@ -193,8 +193,8 @@ def _build_parser() -> _Parser:
         "-q",
         "--quiet",
         action="store_true",
-        help="print the findings and nothing else: no heading, no summary line, as ruff's --quiet "
-        f"({', '.join(FORMATS_TAKING['--quiet'])})",
+        help="print the findings, and the engines observed not to load the checkpoint, and nothing else: no "
+        f"heading, no summary line, as ruff's --quiet ({', '.join(FORMATS_TAKING['--quiet'])})",
     )
     check.add_argument("-s", "--silent", action="store_true", help="print nothing; the exit code says what was found")
     check.add_argument(
