@@ -196,7 +196,13 @@ def _build_parser() -> _Parser:
         help="print the findings, and the engines observed not to load the checkpoint, and nothing else: no "
         f"heading, no summary line, as ruff's --quiet ({', '.join(FORMATS_TAKING['--quiet'])})",
     )
-    check.add_argument("-s", "--silent", action="store_true", help="print nothing; the exit code says what was found")
+    check.add_argument(
+        "-s",
+        "--silent",
+        action="store_true",
+        help="print nothing; the exit code says what was found (a refusal's one line still goes to standard error, "
+        "and --output-file is still written)",
+    )
     check.add_argument(
         "--statistics",
         action="store_true",
