@@ -81,7 +81,7 @@ FORMATS: dict[str, OutputFormat] = {
             {
                 "--list": "the scales' lines",
                 "--show-all": "every finding",
-                "--quiet": "the findings only: no heading, no summary line",
+                "--quiet": "the findings and the engines observed not to load it: no heading, no summary line",
                 "--statistics": "a count per rule, then the summary line",
             },
             (emit_text_several, "each report, then a line for each checkpoint: its summary"),
