@@ -202,7 +202,8 @@ def test_a_hub_page_address_installs_the_hub_extra(page_address_install):
 
 
 def test_a_second_use_of_the_action_in_a_job_gets_a_venv_of_its_own(runner, page_address_install):
-    """A second use with another python-version must not install into (or run) the first use's venv."""
+    """A second use in the same job (here, installing from the page address) gets a venv of its own: it must not
+    install into (or run) the first use's."""
     first, second = Path(runner["first install"]["bin"]), Path(page_address_install["outputs"]["bin"])
     assert first.parent != second.parent and second.parent.parent == runner["temp"]
 
