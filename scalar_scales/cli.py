@@ -63,7 +63,7 @@ from scalar_scales.doctor.settings import ConfigError, Settings, find_config, re
 from scalar_scales.environment import SwitchValueError, others_setting, read_command_line_switches
 from scalar_scales.errors import CheckpointError, Interrupted, StoppedAfterWriting, escaped
 from scalar_scales.nvfp4 import MODELOPT
-from scalar_scales.sources import is_hub_address, open_checkpoint
+from scalar_scales.sources import CONFIG_NAME, INDEX_NAMES, MODELOPT_CONFIG_NAME, is_hub_address, open_checkpoint
 from scalar_scales.sources.hub_address import hub_author
 
 if TYPE_CHECKING:
@@ -504,9 +504,9 @@ def _check(args: argparse.Namespace) -> int:
                 "each checkpoint in a run of its own"
             )
     if args.output_file is not None:
-        _check_writable(args.output_file, "--output-file")
+        _check_writable(args.output_file, "--output-file", given)
     for name, file in copies.items():
-        _check_writable(file, f"--{name}-output")
+        _check_writable(file, f"--{name}-output", given)
     paths, listing_refused = _expanded(list(settings))  # the Hub is asked only once the command line is right
     refused = refused or listing_refused
     if several and "sarif" in (output_format, *copies) and len(paths) > MAX_SARIF_RUNS:
@@ -682,14 +682,32 @@ def _colour(when: str, *, to_file: bool) -> bool:
     return not to_file and sys.stdout.isatty()
 
 
-def _check_writable(path: str, option: str) -> None:
-    """Refuse, before anything is read, a report file that cannot be written: a folder, or a file in a folder
-    where a file cannot be created and renamed (which :func:`_write_report` does), each in one line."""
+def _check_writable(path: str, option: str, checked: Sequence[str]) -> None:
+    """Refuse, before anything is read, a report file that cannot be written: a folder, one of the files of a
+    checkpoint ``checked`` names (the file given, or a shard, config or index in a folder given: a report written
+    there would replace what it reports on), or a file in a folder where a file cannot be created and renamed
+    (which :func:`_write_report` does), each in one line."""
     from scalar_scales.files.durable import try_replacing_in
 
     if os.path.isdir(path):
         raise CheckpointError(path, f"is a folder: {option} names the file to write the report to")
+    report = os.path.realpath(path)
+    folder, name = os.path.split(report)
+    for given in checked:
+        if is_hub_address(given):
+            continue
+        own = report == os.path.realpath(given) or (
+            folder == os.path.realpath(given) and (name in _CHECKPOINT_FILES or name.endswith(".safetensors"))
+        )
+        if own:
+            raise CheckpointError(
+                path, f"is a file of the checkpoint {given}: {option} would replace it with the report on it"
+            )
     try_replacing_in(Path(os.path.dirname(path) or os.curdir))
+
+
+_CHECKPOINT_FILES = frozenset({CONFIG_NAME, MODELOPT_CONFIG_NAME, *INDEX_NAMES})
+"""The files, beside its shards, a folder's checkpoint is read from."""
 
 
 def _write_report(

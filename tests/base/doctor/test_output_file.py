@@ -67,6 +67,33 @@ def test_a_file_in_a_folder_that_is_not_there_is_refused_in_one_line_before_the_
     )
 
 
+@pytest.mark.parametrize("name", ["config.json", "model-00001-of-00003.safetensors", "model.safetensors.index.json"])
+def test_a_file_of_the_checkpoint_checked_is_refused_in_one_line_and_left_as_it_is(checkpoint, name):
+    """A report written there would replace the file it reports on: the check refuses before it reads anything."""
+    before = (checkpoint / name).read_bytes()
+    result = run_cli_in_process("check", checkpoint, "--json-output", checkpoint / name)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        f"scalar-scales: error: {checkpoint / name}: is a file of the checkpoint {checkpoint}: --json-output would "
+        "replace it with the report on it\n"
+    )
+    assert (checkpoint / name).read_bytes() == before
+
+
+def test_the_file_checked_is_refused_as_its_own_report_and_left_as_it_is(checkpoint):
+    shard = checkpoint / "model-00001-of-00003.safetensors"
+    alone = shard.rename(checkpoint.parent / "alone.safetensors")
+    before = alone.read_bytes()
+    assert run_cli_in_process("check", alone, "-o", alone).returncode == 2
+    assert alone.read_bytes() == before
+
+
+def test_a_new_file_in_the_folder_checked_takes_the_report(checkpoint):
+    """As the GitHub Action writes its SARIF log into the workspace it checks."""
+    result = run_cli_in_process("check", checkpoint, "-o", checkpoint / "report.txt")
+    assert result.returncode == 0 and (checkpoint / "report.txt").read_text(encoding="utf-8")
+
+
 @pytest.mark.parametrize("silent", [(), ("--silent",)])
 def test_a_folder_is_refused_in_one_line(checkpoint, tmp_path, silent):
     result = run_cli_in_process("check", checkpoint, "-o", tmp_path, *silent)
