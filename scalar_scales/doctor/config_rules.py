@@ -177,11 +177,13 @@ def quantized_but_not_targeted(checkpoint: CheckpointView) -> Iterator[Found]:
         compressed-tensors' layout it finds a `weight` it has no parameter for,
         and does not start. ModelOpt names its packed FP4 weight `weight` too, so
         vLLM loads the stored weight's bytes as FP4 values and finds no scales for
-        them: NaN output. `lm_head` is judged in ModelOpt's declarations
-        alone: vLLM never quantizes it under compressed-tensors (whose
-        `get_quant_method` quantizes linear layers, and `lm_head` is an
-        embedding's `ParallelLMHead`), and under ModelOpt builds it as NVFP4
-        where the exclusions do not name it (`ModelOptQuantConfigBase.get_quant_method`).
+        them: NaN output. `lm_head` is not judged: vLLM never quantizes it
+        under compressed-tensors (whose `get_quant_method` quantizes linear
+        layers, and `lm_head` is an embedding's `ParallelLMHead`); under
+        ModelOpt it builds one the exclusions do not name as NVFP4
+        (`ModelOptQuantConfigBase.get_quant_method`, read), but what it then
+        does with a BF16 one is not observed, and the rule claims no effect it
+        has not seen.
         """,
 )
 def targeted_but_not_nvfp4(checkpoint: CheckpointView) -> Iterator[Found]:
@@ -194,25 +196,16 @@ def targeted_but_not_nvfp4(checkpoint: CheckpointView) -> Iterator[Found]:
         ("quantized", "quantized another way (its weight is not FP4)"),
         ("linear", "unquantized"),
     )
-    declared = checkpoint.expectations.declared
-    heads_quantized = declared is not None and declared.producer == MODELOPT
     for kind, how in stored:
         for module, (groups, ignored) in _modules(checkpoint, kind):
-            head = module.endswith("lm_head")
-            if groups and not ignored and (heads_quantized or not head):
+            if groups and not ignored and not module.endswith("lm_head"):
                 tensor = f"{module}.weight"
                 yield (
                     tensor,
                     _file_of(checkpoint, tensor),
                     f"the NVFP4 config group {groups[0].name} targets this module, but it is stored {how}",
-                    _HEAD_EFFECT if head else f"vLLM builds it as NVFP4 and {effect}",
+                    f"vLLM builds it as NVFP4 and {effect}",
                 )
-
-
-_HEAD_EFFECT = (
-    "vLLM builds a ParallelLMHead the ModelOpt exclusions do not name as NVFP4 (read, not run: "
-    "ModelOptQuantConfigBase.get_quant_method), with no NVFP4 tensor for it"
-)
 
 
 @checkpoint_rule(
