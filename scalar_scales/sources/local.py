@@ -22,6 +22,7 @@ from scalar_scales.shell import path_argument
 from scalar_scales.sources.checkpoint import (
     CONFIG_NAME,
     INDEX_NAME,
+    INDEX_NAMES,
     SINGLE_FILE_NAME,
     SINGLE_FILE_NAMES,
     UNIQUE_KEYS,
@@ -164,13 +165,27 @@ def refuse_a_shard(checkpoint: Checkpoint, command: str, because: str) -> None:
         why = f"its folder holds {CONFIG_NAME}"
         single = next((name for name in SINGLE_FILE_NAMES if _kind(folder / name) != "missing"), None)
         if checkpoint.root.name != single:
-            taken = f"no {SINGLE_FILE_NAME}" if single is None else f"a {single}, which {command} takes alone"
-            lacking = f", which has no {INDEX_NAME} naming its shards and {taken}"
+            index_wanted, single_wanted = _names_of_its_kind(checkpoint.root.name)
+            taken = f"no {single_wanted}" if single is None else f"a {single}, which {command} takes alone"
+            lacking = f", which has no {index_wanted} naming its shards and {taken}"
             remedy = f"write the index, then {remedy}"
     else:
         return
     raise CheckpointError(
         checkpoint.root, f"is a shard of the checkpoint {folder} ({why}){lacking}; {command} {because}: {remedy}"
+    )
+
+
+def _names_of_its_kind(shard: str) -> tuple[str, str]:
+    """The index and the single file of the library whose shards are named as ``shard`` is: diffusers'
+    (``diffusion_pytorch_model-00001-of-00002.safetensors``), or else transformers'."""
+    return next(
+        (
+            (index, single)
+            for index, single in zip(INDEX_NAMES, SINGLE_FILE_NAMES, strict=True)
+            if shard.startswith(single.removesuffix(".safetensors") + "-")
+        ),
+        (INDEX_NAME, SINGLE_FILE_NAME),
     )
 
 

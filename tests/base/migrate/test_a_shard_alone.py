@@ -93,6 +93,19 @@ def test_a_shard_beside_a_model_safetensors_without_an_index_is_told_to_write_th
     ) in result.stderr
 
 
+def test_a_diffusers_shard_without_its_index_is_told_of_diffusers_index_and_file(tmp_path):
+    """A diffusers folder's names for them, where the shard is named as diffusers names its shards."""
+    checkpoint = make_checkpoint(tmp_path / "ckpt")
+    (checkpoint / "model.safetensors.index.json").unlink()
+    shard = shards(checkpoint)[0].rename(checkpoint / "diffusion_pytorch_model-00001-of-00003.safetensors")
+    result = run_cli_in_process("migrate", shard)
+    assert result.returncode == 2
+    assert (
+        "which has no diffusion_pytorch_model.safetensors.index.json naming its shards and no "
+        "diffusion_pytorch_model.safetensors;"
+    ) in result.stderr
+
+
 def test_a_file_its_folder_s_index_does_not_name_is_migrated_alone(checkpoint):
     """A file beside the shards that the index does not name (a `consolidated.safetensors`) is no shard of the
     checkpoint: it is migrated alone, and config.json, which does not speak for it, stays as it was."""
