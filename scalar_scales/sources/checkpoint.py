@@ -36,7 +36,6 @@ __all__ = [
     "SINGLE_FILE_NAME",
     "SINGLE_FILE_NAMES",
     "UNIQUE_KEYS",
-    "VALUE_SPAN_GAP",
     "CheckpointLocation",
     "NetworkShardSource",
     "OpenedCheckpoint",
@@ -102,7 +101,7 @@ class ShardRead(NamedTuple):
     values: list[float | None]
 
 
-VALUE_SPAN_GAP = 1 << 16
+_VALUE_SPAN_GAP = 1 << 16
 """Scales closer than this are read in one span: a few kilobytes more read costs less than another call."""
 
 
@@ -124,7 +123,7 @@ def read_shard_from(
     if not (values and indices):
         return ShardRead(header, indices, [None] * len(indices))
     start = header.data_start
-    found = read_scalars(header, indices, lambda begin, end: read(start + begin, end - begin), VALUE_SPAN_GAP)
+    found = read_scalars(header, indices, lambda begin, end: read(start + begin, end - begin), _VALUE_SPAN_GAP)
     return ShardRead(header, indices, found)
 
 

@@ -193,10 +193,12 @@ def test_migrate_of_a_modelopt_checkpoint_changes_neither_config(tmp_path):
     assert {name: (checkpoint / name).read_bytes() for name in configs} == configs
 
 
-def test_migrate_refuses_to_write_a_compressed_tensors_layout_into_a_modelopt_checkpoint(tmp_path):
+@pytest.mark.parametrize("option", [("--to", "legacy"), ("--include", "*.input_scale")], ids=["to-legacy", "include"])
+def test_migrate_refuses_to_write_a_compressed_tensors_layout_into_a_modelopt_checkpoint(tmp_path, option):
+    """migrate --help: a ModelOpt checkpoint's configs stay as they are, and --to legacy and --include refuse it."""
     checkpoint = copy_of_export(tmp_path / "export")
     before = snapshot(checkpoint)
-    result = run_cli_in_process("migrate", checkpoint, "--to", "legacy")
+    result = run_cli_in_process("migrate", checkpoint, *option)
     assert result.returncode == 2
     assert "is a ModelOpt checkpoint" in result.stderr
     assert snapshot(checkpoint) == before
