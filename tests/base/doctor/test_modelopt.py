@@ -10,6 +10,8 @@ made here from a real export by removing config.json's declaration: no exporter 
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -46,6 +48,13 @@ def checked(checkpoint, *args):
 
 
 def test_the_rules_about_one_producer_are_those_the_docs_name():
+    text = " ".join((Path(__file__).resolve().parents[3] / "docs" / "check.md").read_text(encoding="utf-8").split())
+    found = re.search(r"except (\w+) about one producer's own: (.*?) to ModelOpt checkpoints only", text)
+    assert found is not None
+    theirs, ours = found.group(2).split("are applied to compressed-tensors checkpoints only")
+    assert set(re.findall(r"NV\d{3}", theirs)) == COMPRESSED_TENSORS_OWN
+    assert set(re.findall(r"NV\d{3}", ours)) == MODELOPT_OWN
+    assert found.group(1) == "eight" and len(COMPRESSED_TENSORS_OWN | MODELOPT_OWN) == 8
     assert {code for code, rule in RULES.items() if not rule.is_about(MODELOPT_LAYOUT)} == COMPRESSED_TENSORS_OWN
     assert {code for code, rule in RULES.items() if not rule.is_about(COMPRESSED_TENSORS_LAYOUT)} == MODELOPT_OWN
 
