@@ -517,14 +517,10 @@ def _check(args: argparse.Namespace) -> int:
         )
     text_out = output_format == "text" and args.output_file is None
     reports: list[CheckReport] = []
-    refusal: CheckpointError | None = None  # the one path's, raised once its report files are emptied
     for path, origin in paths.items():
         try:
             report = _check_one(args, path, settings[origin], said_on_stdout=text_out)
         except CheckpointError as exc:
-            if not several:
-                refusal = exc
-                break
             refused = _refused_alone(exc, several=several)
             continue
         if report is not None:
@@ -546,8 +542,6 @@ def _check(args: argparse.Namespace) -> int:
         _write_report(args.output_file, reports, output_format, context, several=several)
     elif reports and not args.silent:
         _emit_report(reports, output_format, context, several=several)
-    if refusal is not None:
-        raise refusal
     if args.own_process:
         _NOT_FREED.append(reports)
     return REFUSED if refused else max((report.exit_code for report in reports), default=0)

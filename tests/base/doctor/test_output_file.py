@@ -158,14 +158,23 @@ def test_annotations_of_several_checkpoints_are_refused_as_a_format_output_too(c
 
 
 @pytest.mark.parametrize("option", ["--output-file", "--json-output"])
-def test_a_refused_checkpoint_leaves_no_old_report_in_the_file(tmp_path, option):
-    """docs/check.md: where no checkpoint is checked, the file is replaced with an empty one, so that an old report
-    never stays; one path refused, as several are."""
+def test_the_one_checkpoint_given_refused_writes_no_report_file(tmp_path, option):
+    """docs/check.md: the one path given refused, the command is refused before any file is written (the GitHub
+    Action then has no SARIF log to upload for a check that did not run)."""
     report = tmp_path / "report.txt"
     report.write_text("an old report\n")
     result = run_cli_in_process("check", tmp_path / "absent", option, report)
-    assert (result.returncode, result.stdout, report.read_text()) == (2, "", "")
+    assert (result.returncode, result.stdout, report.read_text()) == (2, "", "an old report\n")
     assert result.stderr == f"scalar-scales: error: {tmp_path / 'absent'}: no such file or folder\n"
+
+
+def test_several_checkpoints_none_checked_leave_no_old_report_in_the_file(tmp_path):
+    """docs/check.md: where several paths are given and none is checked, the file is replaced with an empty one,
+    so that an old report never stays."""
+    report = tmp_path / "report.txt"
+    report.write_text("an old report\n")
+    result = run_cli_in_process("check", tmp_path / "absent", tmp_path / "gone", "-o", report)
+    assert (result.returncode, report.read_text()) == (2, "")
 
 
 def test_a_refused_configuration_file_leaves_the_file_as_it_was(tmp_path):
