@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from scalar_scales.nvfp4 import is_global_scale
+from scalar_scales.nvfp4 import MODELOPT_LAYOUT, is_global_scale
 from scalar_scales.patching import Patch, PatchSet
 from sglang_patch.declared import LOGGER, SUPPORTED, FusedScalesDifferError, sglang_version
 
@@ -119,7 +119,7 @@ class _FusedPartners:
                         _refuse_differing(fused_name, [group[p] for p in parts])
 
 
-_PER_TENSOR_SCALE_ENDINGS = ("scale", ".weight_scale_2")
+_PER_TENSOR_SCALE_ENDINGS = ("scale", *MODELOPT_LAYOUT.scale_suffixes)
 """How a single-value scale's name ends: compressed-tensors' ``*_global_scale``, ModelOpt's ``input_scale`` and its
 ``weight_scale_2``, whose 0-D parts DeepSeek's loader fuses by keeping ``q_a_proj``'s."""
 
