@@ -154,16 +154,20 @@ def refuse_a_shard(checkpoint: Checkpoint, command: str, because: str) -> None:
     if checkpoint.file is None:
         return
     folder = checkpoint.root.parent
+
+    def holds(name: str) -> bool:
+        return _kind(folder / name) != "missing"
+
     remedy, lacking = shell_command("scalar-scales", command, path_argument(folder)), ""
-    if (name := index_name(lambda name: _kind(folder / name) != "missing")) is not None:
+    if (name := index_name(holds)) is not None:
         index = folder / name
         _, names = weight_map_of(read_json_object(_regular(index)), index)
         if checkpoint.root.name not in names:
             return
         why = f"its {name} names it"
-    elif _kind(folder / CONFIG_NAME) != "missing":
+    elif holds(CONFIG_NAME):
         why = f"its folder holds {CONFIG_NAME}"
-        single = next((name for name in SINGLE_FILE_NAMES if _kind(folder / name) != "missing"), None)
+        single = next(filter(holds, SINGLE_FILE_NAMES), None)
         if checkpoint.root.name != single:
             index_wanted, single_wanted = _names_of_its_kind(checkpoint.root.name)
             taken = f"no {single_wanted}" if single is None else f"a {single}, which {command} takes alone"
